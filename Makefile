@@ -1,0 +1,46 @@
+# DeepSummit: `make train` runs the main job on the bundled data, `make test` runs the tests.
+# Both install what they need first (a venv in .venv, torch==2.13.0 CPU before the package).
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: setup test lint train up down status bench screenshots clean
+
+setup: $(STAMP)
+
+# torch first, pinned: a plain "torch" requirement would pull several GB of CUDA wheels.
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+# The main job: local Prefect + MLflow servers and a worker, then `prefect deployment run summit/train`.
+train: $(STAMP)
+	$(BIN)/deepsummit main-job
+
+up: $(STAMP)
+	$(BIN)/deepsummit up
+
+down: $(STAMP)
+	$(BIN)/deepsummit down
+
+status: $(STAMP)
+	$(BIN)/deepsummit status
+
+bench: $(STAMP)
+	for script in bench/*.py; do $(BIN)/python $$script || exit 1; done
+
+clean:
+	rm -rf var

@@ -1,0 +1,1 @@
+"""The DeepSummit transformer (PyTorch only), one small file per block of the model spec."""

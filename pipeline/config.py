@@ -1,0 +1,255 @@
+"""One typed configuration for the whole pipeline, with named profiles.
+
+Precedence, lowest to highest: the defaults below, the `[settings]` table of the config file
+(`deepsummit.toml` at the project root, or the file named by `DEEPSUMMIT_CONFIG`), the
+`[profiles.<name>]` table of that file for the selected profile, environment variables
+(`DEEPSUMMIT_<SECTION>__<FIELD>`, e.g. `DEEPSUMMIT_TRAIN__MAX_EPOCHS=3`), and explicit overrides
+passed to `load_settings` (what the CLI options set).
+
+Relative paths are resolved against the project root, so the CLI, the tests and the Prefect
+workers share one warehouse and one data bundle by default.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+SQL_DIR = PROJECT_ROOT / "sql"
+DEFAULT_CONFIG_FILE = PROJECT_ROOT / "deepsummit.toml"
+
+
+def resolve_path(value: str | Path) -> Path:
+    """A path from config: absolute as given, relative to the project root otherwise."""
+    path = Path(value).expanduser()
+    return path if path.is_absolute() else (PROJECT_ROOT / path).resolve()
+
+
+def is_url(location: str) -> bool:
+    return location.startswith(("http://", "https://"))
+
+
+class PathsConfig(BaseModel):
+    data_dir: Path = Path("../shared/data")
+    var_dir: Path = Path("var")  # warehouse, run folders, caches, service state; never committed
+    warehouse: Path = Path("var/warehouse.duckdb")
+    runs_dir: Path = Path("var/runs")
+
+    @model_validator(mode="after")
+    def _absolute(self) -> PathsConfig:
+        for name in ("data_dir", "var_dir", "warehouse", "runs_dir"):
+            setattr(self, name, resolve_path(getattr(self, name)))
+        return self
+
+
+class SourcesConfig(BaseModel):
+    """Himalayan Database inputs: file paths (relative to the data dir) or http(s) URLs."""
+
+    members: str = "himalayan/members.csv.gz"
+    expeditions: str = "himalayan/expeditions.csv"
+    peaks: str = "himalayan/peaks.csv"
+    # Native HDB export (folder or file with uppercase columns, CSV or DBF); None = not used.
+    hdb_members: str | None = None
+    hdb_expeditions: str | None = None
+
+
+class RateLimits(BaseModel):
+    """Open-Meteo free tier, in weighted calls (variables/10 × days/14 per location)."""
+
+    per_minute: float = 600
+    per_hour: float = 5_000
+    per_day: float = 10_000
+
+
+class WeatherConfig(BaseModel):
+    source: Literal["archive", "open-meteo"] = "archive"
+    archive_path: str = "weather/era5_daily.parquet"
+    api_url: str = "https://archive-api.open-meteo.com/v1/archive"
+    weather_model: str = "era5"
+    timezone: str = "Asia/Kathmandu"
+    # "peak" = the peak's height from the records; a number = that elevation in metres for all.
+    elevation: Literal["peak"] | float = "peak"
+    cache_path: Path = Path("var/cache/open-meteo")
+    timeout_s: float = 30.0
+    retries: int = 5
+    backoff_factor: float = 0.5
+    max_locations_per_request: int = 10
+    limits: RateLimits = Field(default_factory=RateLimits)
+
+    @model_validator(mode="after")
+    def _absolute(self) -> WeatherConfig:
+        self.cache_path = resolve_path(self.cache_path)
+        return self
+
+
+class SplitConfig(BaseModel):
+    """Time split by expedition year; whole expeditions fall on one side."""
+
+    train_until: int = 2012
+    validation_until: int = 2015
+    test_until: int = 2019
+
+
+class FeaturesConfig(BaseModel):
+    split: SplitConfig = Field(default_factory=SplitConfig)
+    max_missing_days: int = 0  # a window missing more days than this is excluded
+    min_category_count: int = 5  # rarer categories fold into index 0 (unknown)
+    success_rate_prior_strength: float = 20.0  # pseudo-attempts pulling a rate toward the prior
+    features_dir: Path = Path("var/features")
+
+    @model_validator(mode="after")
+    def _absolute(self) -> FeaturesConfig:
+        self.features_dir = resolve_path(self.features_dir)
+        return self
+
+
+class ModelHyperparameters(BaseModel):
+    """Architecture knobs; the spec's base configuration is the default."""
+
+    hidden_size: int = 256
+    num_layers: int = 6
+    num_heads: int = 8
+    dropout: float = 0.1
+    drop_path_rate: float = 0.1
+    time2vec_dim: int = 32
+
+
+class TrainConfig(BaseModel):
+    learning_rate: float = 1e-4
+    weight_decay: float = 0.05
+    betas: tuple[float, float] = (0.9, 0.999)
+    batch_size: int = 256
+    max_epochs: int = 100
+    patience: int = 10
+    warmup_fraction: float = 0.05
+    grad_clip_norm: float = 1.0
+    seed: int = 42
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    num_threads: int | None = None  # torch intra-op threads; None = torch's default
+    max_train_rows: int | None = None  # a slice for quick runs and tests; None = all
+    checkpoint_dir: Path = Path("var/checkpoints")
+
+    @model_validator(mode="after")
+    def _absolute(self) -> TrainConfig:
+        self.checkpoint_dir = resolve_path(self.checkpoint_dir)
+        return self
+
+
+class MlflowConfig(BaseModel):
+    tracking_uri: str = "http://127.0.0.1:5000"
+    experiment: str = "deepsummit"
+    registered_model: str = "deepsummit"
+    champion_alias: str = "champion"
+
+
+class ServicesConfig(BaseModel):
+    host: str = "127.0.0.1"
+    prefect_port: int = 4200
+    mlflow_port: int = 5000
+    work_pool: str = "local"
+    gpu_work_pool: str = "gpu"
+    run_dir: Path = Path("var/services")
+
+    @model_validator(mode="after")
+    def _absolute(self) -> ServicesConfig:
+        self.run_dir = resolve_path(self.run_dir)
+        return self
+
+    @property
+    def prefect_api_url(self) -> str:
+        return f"http://{self.host}:{self.prefect_port}/api"
+
+    @property
+    def mlflow_url(self) -> str:
+        return f"http://{self.host}:{self.mlflow_port}"
+
+
+class TuneConfig(BaseModel):
+    study_name: str = "deepsummit"
+    storage_url: str = "sqlite:///var/optuna.db"
+    n_trials: int = 20
+    concurrency: int = 2
+    training_deployment: str = "summit-trial/trial"
+
+
+class Settings(BaseModel):
+    """Everything configurable, one object. Build it with `load_settings`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    profile: str = "cpu"
+    paths: PathsConfig = Field(default_factory=PathsConfig)
+    sources: SourcesConfig = Field(default_factory=SourcesConfig)
+    weather: WeatherConfig = Field(default_factory=WeatherConfig)
+    features: FeaturesConfig = Field(default_factory=FeaturesConfig)
+    model: ModelHyperparameters = Field(default_factory=ModelHyperparameters)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    mlflow: MlflowConfig = Field(default_factory=MlflowConfig)
+    services: ServicesConfig = Field(default_factory=ServicesConfig)
+    tune: TuneConfig = Field(default_factory=TuneConfig)
+
+    def data_location(self, location: str) -> str:
+        """A source location from config: URLs as they are, paths under the data dir."""
+        if is_url(location):
+            return location
+        return str(resolve_path(self.paths.data_dir / location))
+
+
+def _deep_merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _env_values() -> dict[str, Any]:
+    """DEEPSUMMIT_* variables as a nested dict (so they can be merged under overrides)."""
+    values: dict[str, Any] = {}
+    for key, raw in os.environ.items():
+        if not key.startswith("DEEPSUMMIT_") or key == "DEEPSUMMIT_CONFIG":
+            continue
+        parts = key.removeprefix("DEEPSUMMIT_").lower().split("__")
+        node = values
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = raw
+    return values
+
+
+def read_config_file(path: Path | None = None) -> dict[str, Any]:
+    path = path or Path(os.environ.get("DEEPSUMMIT_CONFIG", DEFAULT_CONFIG_FILE))
+    if not path.exists():
+        return {}
+    with path.open("rb") as handle:
+        return tomllib.load(handle)
+
+
+def available_profiles(config_file: Path | None = None) -> list[str]:
+    return sorted(read_config_file(config_file).get("profiles", {}))
+
+
+def load_settings(
+    profile: str | None = None,
+    overrides: dict[str, Any] | None = None,
+    config_file: Path | None = None,
+) -> Settings:
+    """Settings for `profile` (default: DEEPSUMMIT_PROFILE, else the file's, else "cpu")."""
+    document = read_config_file(config_file)
+    file_settings: dict[str, Any] = document.get("settings", {})
+    profiles: dict[str, Any] = document.get("profiles", {})
+    chosen = profile or os.environ.get("DEEPSUMMIT_PROFILE") or file_settings.get("profile", "cpu")
+    if chosen not in profiles and profiles:
+        raise ValueError(f"unknown profile {chosen!r}; known: {', '.join(sorted(profiles))}")
+    values = _deep_merge(file_settings, profiles.get(chosen, {}))
+    values = _deep_merge(values, _env_values())
+    values = _deep_merge(values, overrides or {})
+    values["profile"] = chosen
+    return Settings.model_validate(values)
