@@ -1,0 +1,20 @@
+"""SwiGLU feed-forward (Shazeer 2020): (Swish(x·W₁) ⊙ x·W₂)·W₃, hidden width 8H/3."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, hidden_size: int, ffn_hidden_size: int) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden_size, ffn_hidden_size, bias=False)  # W₁
+        self.value_proj = nn.Linear(hidden_size, ffn_hidden_size, bias=False)  # W₂
+        self.output_proj = nn.Linear(ffn_hidden_size, hidden_size, bias=False)  # W₃
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # x: (B, S, H) → gate, value: (B, S, ffn_hidden) → (B, S, H).
+        # The block applies dropout after this, so there is none in here (no double dropout).
+        return self.output_proj(F.silu(self.gate_proj(x)) * self.value_proj(x))

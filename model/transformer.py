@@ -1,0 +1,52 @@
+"""DeepSummitTransformer: [CLS] + 20 tabular + 26 weather tokens (+ modality) → encoder → logit."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from model.config import ModelConfig
+from model.embeddings import ModalityEmbedding
+from model.encoder import TransformerEncoder
+from model.head import ClassificationHead
+from model.tokenizer import TabularTokenizer, WeatherTokenizer
+
+
+class DeepSummitTransformer(nn.Module):
+    def __init__(self, config: ModelConfig | None = None) -> None:
+        super().__init__()
+        self.config = config = config or ModelConfig()
+        self.cls_token = nn.Parameter(torch.randn(1, 1, config.hidden_size) * 0.02)  # (1, 1, H)
+        self.tabular_tokenizer = TabularTokenizer(config)
+        self.weather_tokenizer = WeatherTokenizer(config)
+        self.modality = ModalityEmbedding(
+            config.n_tabular_tokens, config.weather_scale_tokens, config.hidden_size
+        )
+        self.encoder = TransformerEncoder(config)
+        self.head = ClassificationHead(config.hidden_size, config.dropout)
+
+    def forward(
+        self,
+        numeric: torch.Tensor,  # (B, 8) float32
+        numeric_missing: torch.Tensor,  # (B, 8) bool
+        categorical: torch.Tensor,  # (B, 6) int64
+        binary: torch.Tensor,  # (B, 6) int64
+        binary_missing: torch.Tensor,  # (B, 6) bool
+        weather: torch.Tensor,  # (B, 26, 15) float32
+        weather_missing: torch.Tensor,  # (B, 26, 15) bool
+        days_before: torch.Tensor,  # (B, 26) float32
+        day_of_year: torch.Tensor,  # (B, 26) float32
+        return_attention: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, list[torch.Tensor]]:
+        """Logits (B,); with `return_attention`, also each layer's weights (B, n_h, 47, 47)."""
+        tabular = self.tabular_tokenizer(
+            numeric, numeric_missing, categorical, binary, binary_missing
+        )  # (B, 20, H)
+        weather_tokens = self.weather_tokenizer(
+            weather, weather_missing, days_before, day_of_year
+        )  # (B, 26, H)
+        cls = self.cls_token.expand(tabular.shape[0], -1, -1)  # (B, 1, H)
+        sequence = torch.cat([cls, tabular, weather_tokens], dim=1) + self.modality()  # (B, 47, H)
+        encoded, attention = self.encoder(sequence, return_attention)  # (B, 47, H)
+        logits = self.head(encoded)  # (B,)
+        return (logits, attention) if return_attention else logits

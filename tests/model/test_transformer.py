@@ -1,0 +1,139 @@
+import dataclasses
+import json
+
+import pytest
+import torch
+
+from model import DeepSummitTransformer, ModelConfig, parameter_breakdown
+
+
+def test_logits_and_intermediate_shapes(small_config, make_batch):
+    torch.manual_seed(0)
+    model = DeepSummitTransformer(small_config).eval()
+    batch = make_batch(small_config, 5)
+
+    logits = model(**batch)
+    logits_again, attention = model(**batch, return_attention=True)
+
+    assert logits.shape == (5,)
+    torch.testing.assert_close(logits_again, logits, atol=1e-5, rtol=1e-5)
+    assert len(attention) == small_config.num_layers
+    for weights in attention:
+        assert weights.shape == (5, 2, 47, 47)  # (B, n_h, S, S)
+        torch.testing.assert_close(weights.sum(-1), torch.ones(5, 2, 47))
+    assert model.modality.ids.tolist() == [0] + [1] * 20 + [2] * 7 + [3] * 10 + [4] * 9
+
+
+def test_cls_sits_at_position_zero_with_modality_zero(small_config, make_batch):
+    model = DeepSummitTransformer(small_config).eval()
+    captured = {}
+    model.encoder.register_forward_hook(lambda _m, args, _o: captured.update(sequence=args[0]))
+    model(**make_batch(small_config, 2))
+    sequence = captured["sequence"]
+    assert sequence.shape == (2, 47, 16)  # full_sequence (B, 47, H)
+    expected_cls = model.cls_token[0, 0] + model.modality.embedding.weight[0]
+    torch.testing.assert_close(sequence[:, 0], expected_cls.expand(2, -1))
+
+
+def test_base_parameter_count_matches_spec_estimate():
+    model = DeepSummitTransformer(ModelConfig())
+    breakdown = parameter_breakdown(model)
+    print("\nDeepSummitTransformer (base) parameters:")
+    for component, count in breakdown.items():
+        print(f"  {component:<22}{count:>12,}")
+
+    assert breakdown["total"] == pytest.approx(4.9e6, rel=0.05)
+    assert breakdown["total"] == sum(v for k, v in breakdown.items() if k != "total")
+    # Per layer: 2H (norms) + 4H² (attention) + 3·H·683 (SwiGLU) = 787,200 (spec: ~787K).
+    assert breakdown["encoder.block_0"] == 2 * 256 + 4 * 256**2 + 3 * 256 * 683
+    assert breakdown["head"] == 256 * 256 + 256 + 256 + 1  # 66,049
+
+
+def test_config_round_trips_through_json_and_rejects_bad_heads(small_config):
+    saved = json.dumps(dataclasses.asdict(small_config))  # saved with the model
+    assert ModelConfig(**json.loads(saved)) == small_config
+    assert ModelConfig().sequence_length == 47
+    with pytest.raises(ValueError, match="not divisible"):
+        ModelConfig(hidden_size=30, num_heads=8)
+
+
+def test_missing_numeric_changes_logits_only_through_its_embedding(small_config, make_batch):
+    torch.manual_seed(0)
+    model = DeepSummitTransformer(small_config).eval()
+    batch = make_batch(small_config, 4)
+    batch["numeric_missing"][:, 1] = True
+    before = model(**batch)
+
+    batch["numeric"][:, 1] = -50.0
+    assert torch.equal(model(**batch), before)
+
+    with torch.no_grad():
+        model.tabular_tokenizer.numeric_missing[1] += 1.0
+    assert not torch.allclose(model(**batch), before)
+
+
+def test_missing_weather_changes_logits_only_through_its_mask_projection(small_config, make_batch):
+    torch.manual_seed(0)
+    model = DeepSummitTransformer(small_config).eval()
+    batch = make_batch(small_config, 4)
+    batch["weather_missing"][:, 3, 4] = True
+    before = model(**batch)
+
+    batch["weather"][:, 3, 4] = 99.0
+    assert torch.equal(model(**batch), before)
+
+    with torch.no_grad():
+        model.weather_tokenizer.missing_proj.weight[:, 4] += 1.0
+    assert not torch.allclose(model(**batch), before)
+
+
+def test_deterministic_under_a_seed(small_config, make_batch):
+    batch = make_batch(small_config, 3)
+    torch.manual_seed(7)
+    first = DeepSummitTransformer(small_config).eval()
+    torch.manual_seed(7)
+    second = DeepSummitTransformer(small_config).eval()
+
+    assert torch.equal(first(**batch), second(**batch))
+    assert torch.equal(first(**batch), first(**batch))  # eval: no dropout, no DropPath
+
+    first.train()
+    torch.manual_seed(1)
+    train_a = first(**batch)
+    torch.manual_seed(1)
+    assert torch.equal(first(**batch), train_a)
+
+
+def test_backward_reaches_every_parameter(small_config, make_batch):
+    model = DeepSummitTransformer(small_config).train()
+    batch = make_batch(small_config, 8)
+    batch["numeric_missing"][0] = True  # make sure the missing embeddings are used
+    batch["binary_missing"][0] = True
+    model(**batch).sum().backward()
+    without_grad = [name for name, p in model.named_parameters() if p.grad is None]
+    assert without_grad == []
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_forward_backward_under_bf16_autocast(small_config, make_batch):
+    torch.manual_seed(0)
+    model = DeepSummitTransformer(small_config).cuda().train()
+    batch = {key: value.cuda() for key, value in make_batch(small_config, 16).items()}
+    labels = torch.randint(0, 2, (16,), device="cuda").float()
+
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        logits = model(**batch)
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(logits.float(), labels)
+    loss.backward()
+
+    assert logits.shape == (16,)
+    assert torch.isfinite(loss)
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
+
+    model.eval()
+    with torch.no_grad():
+        cpu_model = DeepSummitTransformer(small_config).eval()
+        cpu_model.load_state_dict(model.state_dict())
+        cpu_logits = cpu_model(**{key: value.cpu() for key, value in batch.items()})
+        torch.testing.assert_close(model(**batch).cpu(), cpu_logits, atol=1e-4, rtol=1e-4)
