@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import tomllib
+from datetime import date
 from pathlib import Path
 from typing import Any, Literal
 
@@ -78,7 +79,12 @@ class WeatherConfig(BaseModel):
     timeout_s: float = 30.0
     retries: int = 5
     backoff_factor: float = 0.5
+    backoff_max_s: float = 120.0  # cap on one wait, whether backoff or the server's Retry-After
     max_locations_per_request: int = 10
+    # Peaks share one request when their spans' union costs at most this fraction more weighted
+    # calls than separate requests (0 = only when merging is free, e.g. identical spans).
+    max_merge_overhead: float = 0.0
+    first_date: date = date(1940, 1, 1)  # ERA5 starts here; earlier days are never requested
     limits: RateLimits = Field(default_factory=RateLimits)
 
     @model_validator(mode="after")

@@ -45,7 +45,8 @@ def query(
     con: duckdb.DuckDBPyConnection, name: str, params: dict[str, Any] | None = None
 ) -> pl.DataFrame:
     """The result of `sql/<name>.sql` as a Polars frame."""
-    return con.execute(sql(name), params or {}).pl()
+    # duckdb 2.0: a DB-API result (`execute`) has no `.pl()`; a relation (`sql`) has.
+    return con.sql(sql(name), params=params or {}).pl()
 
 
 def table_exists(con: duckdb.DuckDBPyConnection, table: str) -> bool:
@@ -60,10 +61,10 @@ def frame_digest(frame: pl.DataFrame) -> str:
     """A content digest of a frame that ignores row order: sha256 over sorted row hashes."""
     if frame.is_empty():
         return hashlib.sha256(b"").hexdigest()
-    row_hashes = frame.hash_rows(seed=0, seed_1=1, seed_2=2, seed_3=3).sort()
+    row_hashes = frame.hash_rows(seed=0).sort()  # polars 2.x takes one seed
     header = ",".join(f"{name}:{dtype}" for name, dtype in frame.schema.items())
     return hashlib.sha256(header.encode() + row_hashes.to_numpy().tobytes()).hexdigest()
 
 
 def table_digest(con: duckdb.DuckDBPyConnection, table: str) -> str:
-    return frame_digest(con.execute(f'SELECT * FROM "{table}"').pl())
+    return frame_digest(con.sql(f'SELECT * FROM "{table}"').pl())

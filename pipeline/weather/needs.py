@@ -1,0 +1,55 @@
+"""Which days of weather the attempts need, which of them are missing, which peaks are skipped."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import duckdb
+import polars as pl
+
+from pipeline.config import WeatherConfig
+from pipeline.errors import PipelineError
+from pipeline.feature_spec import WINDOW_DAYS
+from pipeline.warehouse import query, run, table_exists
+
+CLEAN_TABLES = ("peaks", "expeditions", "members")
+
+
+@dataclass(frozen=True)
+class SkippedPeak:
+    peakid: str
+    reason: str
+    attempt_dates: int
+
+
+def require_clean_tables(con: duckdb.DuckDBPyConnection) -> None:
+    missing = [table for table in CLEAN_TABLES if not table_exists(con, table)]
+    if missing:
+        raise PipelineError(
+            f"weather: the warehouse has no clean table {', '.join(missing)}; "
+            "run `deepsummit ingest` first"
+        )
+
+
+def skipped_peaks(con: duckdb.DuckDBPyConnection) -> tuple[SkippedPeak, ...]:
+    """Peaks with attempts that are never fetched: no or suspect coordinates, or unknown."""
+    rows = query(con, "weather_skipped_peaks").iter_rows(named=True)
+    return tuple(SkippedPeak(**row) for row in rows)
+
+
+def prepare_needed_days(con: duckdb.DuckDBPyConnection) -> None:
+    """Build the temp tables weather_attempt_dates and weather_needed_days for this session."""
+    run(con, "weather_needed_days", {"window_days": WINDOW_DAYS})
+
+
+def missing_spans(
+    con: duckdb.DuckDBPyConnection, source: str, config: WeatherConfig
+) -> pl.DataFrame:
+    """Needed days not stored for `source`, merged into spans per peak, with each peak's
+    position: peakid, start_date, end_date, days, latitude, longitude, heightm."""
+    return query(con, "weather_needed_spans", {"source": source, "first_date": config.first_date})
+
+
+def coverage(con: duckdb.DuckDBPyConnection, source: str, config: WeatherConfig) -> pl.DataFrame:
+    """Per peak: stored_days, needed_days, stored_needed_days, missing_days, before_first_date."""
+    return query(con, "weather_coverage", {"source": source, "first_date": config.first_date})

@@ -1,0 +1,36 @@
+-- weather_daily: one row per (peakid, date, source); `date` is the local (Nepal) calendar day.
+-- The 15 variable columns follow pipeline.feature_spec.WEATHER_VARIABLES (a test pins the order).
+CREATE TABLE IF NOT EXISTS weather_daily (
+    peakid VARCHAR NOT NULL,
+    date DATE NOT NULL,
+    source VARCHAR NOT NULL,
+    temperature_2m_mean DOUBLE,
+    temperature_2m_max DOUBLE,
+    temperature_2m_min DOUBLE,
+    apparent_temperature_mean DOUBLE,
+    apparent_temperature_max DOUBLE,
+    apparent_temperature_min DOUBLE,
+    precipitation_sum DOUBLE,
+    rain_sum DOUBLE,
+    snowfall_sum DOUBLE,
+    precipitation_hours DOUBLE,
+    wind_speed_10m_max DOUBLE,
+    wind_gusts_10m_max DOUBLE,
+    wind_direction_10m_dominant DOUBLE,
+    shortwave_radiation_sum DOUBLE,
+    et0_fao_evapotranspiration DOUBLE,
+    fetched_at TIMESTAMP NOT NULL,
+    request_id VARCHAR NOT NULL,
+    PRIMARY KEY (peakid, date, source)
+);
+
+-- The shared quarantine table (docs/architecture.md); the records stage creates the same one.
+CREATE TABLE IF NOT EXISTS quarantine (
+    source VARCHAR,
+    table_name VARCHAR,
+    row_number INTEGER,
+    record VARCHAR,
+    reason VARCHAR,
+    load_digest VARCHAR,
+    quarantined_at TIMESTAMP
+);
