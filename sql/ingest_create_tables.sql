@@ -1,0 +1,69 @@
+-- Clean records tables and the quarantine (docs/architecture.md, "Warehouse tables").
+-- The quarantine is shared with the weather stage (same definition in weather_create_tables.sql).
+-- Raw tables are created from the loaded frame itself (ingest_replace_raw.sql).
+CREATE TABLE IF NOT EXISTS peaks (
+    peakid VARCHAR NOT NULL PRIMARY KEY,
+    pkname VARCHAR,
+    heightm INTEGER,
+    himal VARCHAR,
+    location VARCHAR,
+    latitude DOUBLE,
+    longitude DOUBLE,
+    coord_source VARCHAR NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS expeditions (
+    expid VARCHAR NOT NULL,
+    peakid VARCHAR NOT NULL,
+    year INTEGER NOT NULL,
+    season VARCHAR NOT NULL,
+    route1 VARCHAR,
+    totmembers INTEGER,
+    smtmembers INTEGER,
+    smtdate DATE,
+    success BOOLEAN NOT NULL,
+    termreason VARCHAR,
+    highpoint INTEGER,
+    o2used BOOLEAN,
+    commercial BOOLEAN,
+    camps INTEGER,
+    style VARCHAR,
+    source VARCHAR NOT NULL,
+    PRIMARY KEY (expid, year)
+);
+
+CREATE TABLE IF NOT EXISTS members (
+    expedition_id VARCHAR NOT NULL,
+    member_id VARCHAR NOT NULL,
+    peakid VARCHAR NOT NULL,
+    year INTEGER NOT NULL,
+    season VARCHAR NOT NULL,
+    sex VARCHAR,
+    age INTEGER,
+    citizenship VARCHAR,
+    expedition_role VARCHAR,
+    hired BOOLEAN,
+    highpoint_metres INTEGER,
+    success BOOLEAN NOT NULL,
+    solo BOOLEAN,
+    oxygen_used BOOLEAN,
+    died BOOLEAN,
+    death_cause VARCHAR,
+    death_height_metres INTEGER,
+    injured BOOLEAN,
+    injury_type VARCHAR,
+    injury_height_metres INTEGER,
+    climber_id VARCHAR,
+    source VARCHAR NOT NULL,
+    PRIMARY KEY (member_id, year)
+);
+
+CREATE TABLE IF NOT EXISTS quarantine (
+    source VARCHAR,
+    table_name VARCHAR,
+    row_number INTEGER,
+    record VARCHAR,
+    reason VARCHAR,
+    load_digest VARCHAR,
+    quarantined_at TIMESTAMP
+);
