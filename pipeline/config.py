@@ -177,10 +177,22 @@ class ServicesConfig(BaseModel):
 
 class TuneConfig(BaseModel):
     study_name: str = "deepsummit"
+    # Any SQLAlchemy URL Optuna accepts; a relative SQLite path is under the project root.
     storage_url: str = "sqlite:///var/optuna.db"
-    n_trials: int = 20
-    concurrency: int = 2
+    n_trials: int = 20  # finished trials the study should hold; a rerun only adds the rest
+    concurrency: int = 2  # trials in flight at once: the number of (GPU) workers
     training_deployment: str = "summit-trial/trial"
+    # The best configuration is trained, registered and gated by this deployment.
+    final_deployment: str = "summit/train"
+    # Replaces the spec's choices of a hyperparameter (learning_rate: [low, high], log-uniform),
+    # e.g. {"hidden_size": [16, 32]} for a tiny search.
+    search_space: dict[str, list[int | float]] = Field(default_factory=dict)
+    sampler_startup_trials: int = 10  # random trials before TPE models the results
+    pruner_startup_trials: int = 5  # finished trials before any trial is pruned
+    pruner_warmup_epochs: int = 3  # epochs a trial always runs before it can be pruned
+    trial_timeout_s: float = 6 * 3600.0  # a trial without a final state by then has failed
+    poll_interval_s: float = 5.0
+    profile_name: str = "tuned"  # saved as <var_dir>/profiles/<name>.toml
 
 
 class Settings(BaseModel):
@@ -238,6 +250,12 @@ def read_config_file(path: Path | None = None) -> dict[str, Any]:
         return tomllib.load(handle)
 
 
+def saved_profile_path(name: str, var_dir: str | Path | None = None) -> Path:
+    """A profile written by a run (the tuned one): `<var_dir>/profiles/<name>.toml`, read by
+    `load_settings` when the config file has no profile of that name."""
+    return resolve_path(var_dir or PathsConfig().var_dir) / "profiles" / f"{name}.toml"
+
+
 def available_profiles(config_file: Path | None = None) -> list[str]:
     return sorted(read_config_file(config_file).get("profiles", {}))
 
@@ -252,8 +270,13 @@ def load_settings(
     file_settings: dict[str, Any] = document.get("settings", {})
     profiles: dict[str, Any] = document.get("profiles", {})
     chosen = profile or os.environ.get("DEEPSUMMIT_PROFILE") or file_settings.get("profile", "cpu")
-    if chosen not in profiles and profiles:
-        raise ValueError(f"unknown profile {chosen!r}; known: {', '.join(sorted(profiles))}")
+    if chosen not in profiles:
+        outer = _deep_merge(_deep_merge(file_settings, _env_values()), overrides or {})
+        saved = saved_profile_path(chosen, outer.get("paths", {}).get("var_dir"))
+        if saved.exists():
+            profiles = {**profiles, chosen: read_config_file(saved)}
+        elif profiles:
+            raise ValueError(f"unknown profile {chosen!r}; known: {', '.join(sorted(profiles))}")
     values = _deep_merge(file_settings, profiles.get(chosen, {}))
     values = _deep_merge(values, _env_values())
     values = _deep_merge(values, overrides or {})

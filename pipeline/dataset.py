@@ -70,7 +70,7 @@ class FeatureArrays:
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "label"}
 
     def save(self, path: Path) -> None:
-        np.savez(path, **{f.name: getattr(self, f.name) for f in fields(self)})
+        np.savez_compressed(path, **{f.name: getattr(self, f.name) for f in fields(self)})
 
     @classmethod
     def load(cls, path: Path) -> FeatureArrays:

@@ -54,7 +54,7 @@ def validate_frames(
     suites: Mapping[str, tuple[pl.DataFrame, Sequence[Expectation]]], run_dir: Path
 ) -> dict[str, ExpectationResult]:
     """Run several suites in one context, so one Data Docs index lists them all."""
-    gx = _gx()
+    gx = import_gx()
     from great_expectations.data_context.types.base import (
         DataContextConfig,
         InMemoryStoreBackendDefaults,
@@ -109,7 +109,7 @@ def validate_frames(
     }
 
 
-def _gx() -> Any:
+def import_gx() -> Any:
     """great_expectations, imported with analytics off (read once, at import time)."""
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
     import great_expectations
@@ -146,7 +146,7 @@ def _target(kwargs: dict[str, Any]) -> str:
 def clean_table_expectations(table: str) -> list[Expectation]:
     """The ingest suite of one clean table: what must hold of the table as a whole (keys, value
     sets, ranges, plausible fill rates), a second, independent look after Pandera's row checks."""
-    gx = _gx()
+    gx = import_gx()
     e = gx.expectations
     keys = list(validation.KEYS[table])
     common: list[Expectation] = [

@@ -19,7 +19,14 @@ NUMERIC_FEATURES: tuple[str, ...] = (
     "route_success_rate",
     "peak_success_rate",
 )
-CATEGORICAL_FEATURES: tuple[str, ...] = ("nationality", "route1", "himal", "season", "style", "peakid")
+CATEGORICAL_FEATURES: tuple[str, ...] = (
+    "nationality",
+    "route1",
+    "himal",
+    "season",
+    "style",
+    "peakid",
+)
 BINARY_FEATURES: tuple[str, ...] = (
     "sex",
     "oxygen_planned",

@@ -53,7 +53,7 @@ def table_exists(con: duckdb.DuckDBPyConnection, table: str) -> bool:
     return bool(
         con.execute(
             "SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [table]
-        ).fetchone()[0]
+        ).fetchall()[0][0]
     )
 
 

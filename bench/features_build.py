@@ -1,0 +1,112 @@
+"""Wall time of the features build on the data bundle: the vectorised DuckDB SQL of the
+features stage against a straightforward pandas loop that builds each weather window on its own
+(the seed system's approach), on the same data in one run. Checks that both give the same
+windows on a sample, then prints a markdown table.
+
+    .venv/bin/python bench/features_build.py [--sample 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from features_tables import load_bundle, settings_for
+
+from pipeline.attempts import build_attempts
+from pipeline.feature_spec import (
+    CIRCULAR_WEATHER_VARIABLES,
+    WEATHER_VARIABLES,
+    WINDOW_DAYS,
+    WINDOW_SCALES,
+)
+from pipeline.tabular import attempt_features
+from pipeline.windows import window_tensors
+
+
+def pandas_window(weather: pd.DataFrame, peakid: str, date: pd.Timestamp) -> np.ndarray:
+    """One 26×15 window, the seed way: filter the daily frame, then loop over the buckets."""
+    days = weather[
+        (weather["peakid"] == peakid)
+        & (weather["date"] > date - pd.Timedelta(days=WINDOW_DAYS))
+        & (weather["date"] <= date)
+    ]
+    tokens = []
+    for scale in WINDOW_SCALES:
+        for bucket in range(scale.tokens):
+            newest = (scale.tokens - 1 - bucket) * scale.days_per_token
+            start = date - pd.Timedelta(days=newest + scale.days_per_token - 1)
+            end = date - pd.Timedelta(days=newest)
+            chunk = days[(days["date"] >= start) & (days["date"] <= end)]
+            token = []
+            for name in WEATHER_VARIABLES:
+                values = chunk[name].dropna()
+                if values.empty:
+                    token.append(math.nan)
+                elif name in CIRCULAR_WEATHER_VARIABLES:
+                    radians = np.radians(values)
+                    angle = np.degrees(np.arctan2(np.sin(radians).mean(), np.cos(radians).mean()))
+                    token.append(angle % 360)
+                else:
+                    token.append(values.mean())
+            tokens.append(token)
+    return np.array(tokens)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sample", type=int, default=200, help="windows compared for equality")
+    args = parser.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="features-bench-"))
+    warehouse = tmp / "w.duckdb"
+    with duckdb.connect(str(warehouse)) as con:
+        load_bundle(con)
+    settings = settings_for(tmp, warehouse)
+
+    with duckdb.connect(str(warehouse)) as con:
+        started = time.perf_counter()
+        windows = build_attempts(con, settings)
+        windows_done = time.perf_counter()
+        features = attempt_features(
+            con,
+            con.table("attempts").pl(),
+            "archive",
+            settings.features.success_rate_prior_strength,
+        )
+        sql_all = time.perf_counter() - started
+        sql_windows = windows_done - started
+        weather = con.sql("SELECT * FROM weather_daily WHERE source = 'archive'").df()
+    weather["date"] = pd.to_datetime(weather["date"])
+
+    keys, sql_values, _, _ = window_tensors(windows)
+    started = time.perf_counter()
+    pandas_values = np.stack(
+        [pandas_window(weather, p, pd.Timestamp(d)) for p, d in keys.iter_rows()]
+    )
+    pandas_windows = time.perf_counter() - started
+
+    sample = np.random.default_rng(0).choice(keys.height, min(args.sample, keys.height), False)
+    np.testing.assert_allclose(
+        sql_values[sample], pandas_values[sample], rtol=1e-9, atol=1e-9, equal_nan=True
+    )
+    print(f"{keys.height:,} windows, {features.height:,} attempts; {len(sample)} windows equal\n")
+    print("| step | DuckDB SQL (s) | pandas loop, windows only (s) | pandas / SQL |")
+    print("| --- | ---: | ---: | ---: |")
+    print(
+        f"| attempts + all weather windows | {sql_windows:.2f} | {pandas_windows:.2f} "
+        f"| {pandas_windows / sql_windows:.1f}x |"
+    )
+    print(f"| attempts + windows + tabular features | {sql_all:.2f} | - | - |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,20 @@
+-- The features table: the tabular features (registered as `tabular_frame`), the label from
+-- `attempts`, the weather window key (peakid, smtdate, weather_source) and the time split by
+-- expedition year, so every member of an expedition falls on the same side.
+CREATE OR REPLACE TABLE features AS
+SELECT
+    f.expid,
+    f.member_id,
+    f.year,
+    f.smtdate,
+    f.weather_source,
+    CASE
+        WHEN f.year <= $train_until THEN 'train'
+        WHEN f.year <= $validation_until THEN 'validation'
+        ELSE 'test'
+    END AS split,
+    a.label,
+    f.* EXCLUDE (expid, member_id, year, smtdate, weather_source)
+FROM tabular_frame AS f
+JOIN attempts AS a ON a.member_id = f.member_id AND a.year = f.year
+ORDER BY f.year, f.expid, f.member_id
