@@ -218,23 +218,25 @@ class Settings(BaseModel):
         return str(resolve_path(self.paths.data_dir / location))
 
 
-def _deep_merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+def deep_merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
     merged = dict(base)
     for key, value in update.items():
         if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = _deep_merge(merged[key], value)
+            merged[key] = deep_merge(merged[key], value)
         else:
             merged[key] = value
     return merged
 
 
 def _env_values() -> dict[str, Any]:
-    """DEEPSUMMIT_* variables as a nested dict (so they can be merged under overrides)."""
+    """DEEPSUMMIT_* variables as a nested dict (so they can be merged under overrides).
+    Variables that name no settings section (DEEPSUMMIT_CONFIG, the workers'
+    DEEPSUMMIT_PROJECT_DIR) are not settings."""
     values: dict[str, Any] = {}
     for key, raw in os.environ.items():
-        if not key.startswith("DEEPSUMMIT_") or key == "DEEPSUMMIT_CONFIG":
-            continue
         parts = key.removeprefix("DEEPSUMMIT_").lower().split("__")
+        if not key.startswith("DEEPSUMMIT_") or parts[0] not in Settings.model_fields:
+            continue
         node = values
         for part in parts[:-1]:
             node = node.setdefault(part, {})
@@ -271,14 +273,14 @@ def load_settings(
     profiles: dict[str, Any] = document.get("profiles", {})
     chosen = profile or os.environ.get("DEEPSUMMIT_PROFILE") or file_settings.get("profile", "cpu")
     if chosen not in profiles:
-        outer = _deep_merge(_deep_merge(file_settings, _env_values()), overrides or {})
+        outer = deep_merge(deep_merge(file_settings, _env_values()), overrides or {})
         saved = saved_profile_path(chosen, outer.get("paths", {}).get("var_dir"))
         if saved.exists():
             profiles = {**profiles, chosen: read_config_file(saved)}
         elif profiles:
             raise ValueError(f"unknown profile {chosen!r}; known: {', '.join(sorted(profiles))}")
-    values = _deep_merge(file_settings, profiles.get(chosen, {}))
-    values = _deep_merge(values, _env_values())
-    values = _deep_merge(values, overrides or {})
+    values = deep_merge(file_settings, profiles.get(chosen, {}))
+    values = deep_merge(values, _env_values())
+    values = deep_merge(values, overrides or {})
     values["profile"] = chosen
     return Settings.model_validate(values)

@@ -83,6 +83,11 @@ class Preprocessor:
     min_category_count: int
     extra: dict[str, Any] = field(default_factory=dict)  # provenance: split, digest, …
 
+    @property
+    def categorical_cardinalities(self) -> tuple[int, ...]:
+        """Embedding sizes per categorical feature: the vocabulary plus index 0 (unknown)."""
+        return tuple(len(self.vocabularies[name]) + 1 for name in CATEGORICAL_FEATURES)
+
     @classmethod
     def fit(
         cls,

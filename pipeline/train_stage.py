@@ -33,7 +33,6 @@ from pipeline.evaluation import (
     plot_learning_curve,
     plot_roc,
 )
-from pipeline.feature_spec import CATEGORICAL_FEATURES
 from pipeline.features import SNAPSHOT_FILE, load_features
 from pipeline.registry import Candidate, gate, log_and_register
 from pipeline.serving import model_input_frame, write_model_files
@@ -147,7 +146,7 @@ def train_and_register(
     test_rows = snapshot.filter(pl.col("split") == "test")
     if test_rows.height != len(arrays["test"]):
         raise ValueError(f"{features_dir}: snapshot and test.npz disagree on the test rows")
-    cardinalities = tuple(len(preprocessor.vocabularies[n]) + 1 for n in CATEGORICAL_FEATURES)
+    cardinalities = preprocessor.categorical_cardinalities
     digest = frame_digest(snapshot)
     test_digest = frame_digest(test_rows)
     weather_source = preprocessor.weather_source
@@ -187,10 +186,10 @@ def train_and_register(
             arrays["validation"],
             cardinalities,
             checkpoint_dir,
-            _log_epoch,
+            log_epoch,
         )
         for record in result.history[: result.resumed_from_epoch]:
-            _log_epoch(record)  # epochs done before a crash, logged by the failed run
+            log_epoch(record)  # epochs done before a crash, logged by the failed run
 
         scores, probabilities = score_models(settings, result, arrays)
         for score in scores:
@@ -273,7 +272,7 @@ def _slug(name: str) -> str:
     return {"logistic regression": "logreg", "LightGBM": "lightgbm"}.get(name, name)
 
 
-def _log_epoch(record: EpochRecord) -> None:
+def log_epoch(record: EpochRecord) -> None:
     values = asdict(record)
     step = values.pop("epoch")
     values["epoch_seconds"] = values.pop("seconds")

@@ -1,0 +1,19 @@
+# The project with CUDA torch: the image of the `gpu` work pool (compose worker, Docker and
+# Kubernetes job templates). The bundle is expected under /opt/shared/data (mount or COPY it).
+FROM nvidia/cuda:12.8.1-cudnn-runtime-ubuntu22.04
+RUN apt-get update && apt-get install -y --no-install-recommends python3.11 python3.11-venv \
+    && rm -rf /var/lib/apt/lists/*
+WORKDIR /opt/deepsummit
+COPY pyproject.toml README.md deepsummit.toml prefect.yaml ./
+COPY pipeline pipeline
+COPY model model
+COPY flows flows
+COPY sql sql
+COPY deployments deployments
+RUN python3.11 -m venv /opt/venv \
+    && /opt/venv/bin/pip install --no-cache-dir torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128 \
+    && /opt/venv/bin/pip install --no-cache-dir -e .
+ENV PATH=/opt/venv/bin:$PATH \
+    DEEPSUMMIT_PROJECT_DIR=/opt/deepsummit \
+    DEEPSUMMIT_PATHS__DATA_DIR=/opt/shared/data \
+    DEEPSUMMIT_PROFILE=base

@@ -1,0 +1,451 @@
+"""`deepsummit`: run each stage by hand as its Prefect flow, manage the local services, and run
+the main job. Every path, URL, the warehouse, the tracking URI and the profile are options whose
+defaults come from deepsummit.toml (see pipeline/config.py); an option given here wins.
+
+A stage command uses the local Prefect server when `deepsummit up` runs it (the run shows in its
+UI), and Prefect's temporary in-process server otherwise. A PipelineError (bad input, quota, …)
+prints one line on stderr and exits 1.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from pydantic import ValidationError
+
+from pipeline import services
+from pipeline.config import Settings, load_settings
+from pipeline.errors import PipelineError
+
+app = typer.Typer(
+    help="DeepSummit: P(summit) for a Himalayan expedition member, as an orchestrated pipeline.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_show_locals=False,
+)
+
+# Options shared by several commands (one definition each; None = the value from config).
+Profile = Annotated[
+    str | None,
+    typer.Option(help="Settings profile of deepsummit.toml (cpu, base, tiny). (default: cpu)"),
+]
+DataDir = Annotated[
+    Path | None,
+    typer.Option(help="Folder of the data bundle. (default: paths.data_dir = ../shared/data)"),
+]
+Warehouse = Annotated[
+    Path | None,
+    typer.Option(help="DuckDB warehouse file. (default: paths.warehouse = var/warehouse.duckdb)"),
+]
+TrackingUri = Annotated[
+    str | None,
+    typer.Option(
+        help="MLflow tracking URI (server URL or sqlite:///…). "
+        "(default: mlflow.tracking_uri = http://127.0.0.1:5000, the server of `deepsummit up`)"
+    ),
+]
+FeaturesDir = Annotated[
+    Path | None,
+    typer.Option(help="Folder of features snapshots. (default: features.features_dir)"),
+]
+
+
+def _set(overrides: dict[str, Any], dotted: str, value: Any) -> None:
+    if value is None:
+        return
+    node = overrides
+    *parents, leaf = dotted.split(".")
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[leaf] = str(value) if isinstance(value, Path) else value
+
+
+def _overrides(**options: Any) -> dict[str, Any]:
+    """{"paths.warehouse": value, …} → nested settings overrides; None values are left out."""
+    overrides: dict[str, Any] = {}
+    for dotted, value in options.items():
+        _set(overrides, dotted.replace("__", "."), value)
+    return overrides
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(1)
+
+
+def _settings(profile: str | None, overrides: dict[str, Any]) -> Settings:
+    try:
+        return load_settings(profile, overrides)
+    except ValidationError as error:
+        first = error.errors()[0]
+        raise _fail(f"setting {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+    except ValueError as error:
+        raise _fail(str(error)) from None
+
+
+class _OneLine(logging.Filter):
+    """Keep the console to one line for a PipelineError: its message says all (no traceback)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and isinstance(record.exc_info[1], PipelineError):
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+def _use_prefect(settings: Settings) -> None:
+    """Talk to the local server when it is up; else Prefect's temporary server (same PREFECT_HOME).
+
+    Must run before Prefect is imported: Prefect reads its settings at import time.
+    """
+    env = services.prefect_env(settings)
+    services.prefect_home(settings).mkdir(parents=True, exist_ok=True)
+    if not services.prefect_healthy(settings):
+        del env["PREFECT_API_URL"]
+    for key, value in env.items():
+        os.environ.setdefault(key, value)
+
+
+def _run_stage(flow_name: str, settings: Settings, profile: str | None, **params: Any) -> None:
+    """Run one stage flow locally and print its report (or one error line and exit 1)."""
+    _use_prefect(settings)
+    from flows import summit
+
+    for handler in logging.getLogger().handlers:  # Prefect's console handler sits on the root
+        handler.addFilter(_OneLine())
+    flow = getattr(summit, f"{flow_name}_flow")
+    try:
+        report = flow(profile=profile, **params)
+    except PipelineError as error:
+        raise _fail(str(error)) from None
+    typer.echo(report.render())
+
+
+def _stage(name: str, profile: str | None, options: dict[str, Any], **params: Any) -> None:
+    overrides = _overrides(**options)
+    settings = _settings(profile, overrides)
+    _run_stage(name, settings, profile, overrides=overrides, **params)
+
+
+@app.command()
+def ingest(
+    profile: Profile = None,
+    data_dir: DataDir = None,
+    warehouse: Warehouse = None,
+    members: Annotated[
+        str | None,
+        typer.Option(help="Members file or URL (TidyTuesday layout). (default: sources.members)"),
+    ] = None,
+    expeditions: Annotated[
+        str | None,
+        typer.Option(help="Expeditions file or URL (with smtdate). (default: sources.expeditions)"),
+    ] = None,
+    peaks: Annotated[
+        str | None,
+        typer.Option(help="Peaks file or URL (with coordinates). (default: sources.peaks)"),
+    ] = None,
+    hdb_members: Annotated[
+        str | None,
+        typer.Option(
+            help="Native HDB members export (CSV or DBF), with climber names. (default: none)"
+        ),
+    ] = None,
+    hdb_expeditions: Annotated[
+        str | None,
+        typer.Option(help="Native HDB expeditions export (CSV or DBF). (default: none)"),
+    ] = None,
+) -> None:
+    """Load the Himalayan Database records: raw tables, clean tables, quarantine, Data Docs."""
+    _stage(
+        "ingest",
+        profile,
+        {
+            "paths.data_dir": data_dir,
+            "paths.warehouse": warehouse,
+            "sources.members": members,
+            "sources.expeditions": expeditions,
+            "sources.peaks": peaks,
+            "sources.hdb_members": hdb_members,
+            "sources.hdb_expeditions": hdb_expeditions,
+        },
+    )
+
+
+@app.command()
+def weather(
+    profile: Profile = None,
+    data_dir: DataDir = None,
+    warehouse: Warehouse = None,
+    source: Annotated[
+        str | None,
+        typer.Option(
+            help="archive (the bundled ERA5 file) or open-meteo (the live API). (default: archive)"
+        ),
+    ] = None,
+    api_url: Annotated[
+        str | None,
+        typer.Option(help="Open-Meteo historical archive endpoint. (default: weather.api_url)"),
+    ] = None,
+    archive: Annotated[
+        str | None,
+        typer.Option(
+            help="ERA5 daily archive (parquet), under the data dir. (default: weather.archive_path)"
+        ),
+    ] = None,
+) -> None:
+    """Store the daily weather the attempts' 90-day windows need in weather_daily."""
+    _stage(
+        "weather",
+        profile,
+        {
+            "paths.data_dir": data_dir,
+            "paths.warehouse": warehouse,
+            "weather.source": source,
+            "weather.api_url": api_url,
+            "weather.archive_path": archive,
+        },
+    )
+
+
+@app.command()
+def features(
+    profile: Profile = None,
+    warehouse: Warehouse = None,
+    features_dir: FeaturesDir = None,
+    train_until: Annotated[
+        int | None, typer.Option(help="Last year of the training split.")
+    ] = None,
+    validation_until: Annotated[
+        int | None, typer.Option(help="Last year of the validation split.")
+    ] = None,
+    test_until: Annotated[int | None, typer.Option(help="Last year of the test split.")] = None,
+) -> None:
+    """Build attempts, weather windows and the model inputs (a features snapshot)."""
+    _stage(
+        "features",
+        profile,
+        {
+            "paths.warehouse": warehouse,
+            "features.features_dir": features_dir,
+            "features.split.train_until": train_until,
+            "features.split.validation_until": validation_until,
+            "features.split.test_until": test_until,
+        },
+    )
+
+
+@app.command()
+def train(
+    profile: Profile = None,
+    snapshot: Annotated[
+        Path | None,
+        typer.Option(
+            help="Features snapshot folder to train on."
+            " (default: the newest in features.features_dir)"
+        ),
+    ] = None,
+    features_dir: FeaturesDir = None,
+    tracking_uri: TrackingUri = None,
+    max_train_rows: Annotated[
+        int | None, typer.Option(help="Train on at most this many rows. (default: all)")
+    ] = None,
+    max_epochs: Annotated[
+        int | None, typer.Option(help="Epoch limit. (default: train.max_epochs)")
+    ] = None,
+) -> None:
+    """Train the transformer and the baselines, log to MLflow, register, gate the champion."""
+    options = {
+        "features.features_dir": features_dir,
+        "mlflow.tracking_uri": tracking_uri,
+        "train.max_train_rows": max_train_rows,
+        "train.max_epochs": max_epochs,
+    }
+    settings = _settings(profile, _overrides(**options))
+    _require_tracking(settings)
+    chosen = snapshot or _newest_snapshot(settings.features.features_dir)
+    _stage("train", profile, options, features_dir=str(chosen))
+
+
+def _newest_snapshot(features_dir: Path) -> Path:
+    snapshots = [
+        p for p in features_dir.glob("*") if p.is_dir() and not p.name.endswith(".partial")
+    ]
+    if not snapshots:
+        raise _fail(f"{features_dir}: no features snapshot; run `deepsummit features` first")
+    return max(snapshots, key=lambda p: p.stat().st_mtime)
+
+
+def _require_tracking(settings: Settings) -> None:
+    uri = settings.mlflow.tracking_uri
+    if uri.startswith(("http://", "https://")) and not services.http_ok(
+        f"{uri.rstrip('/')}/health"
+    ):
+        raise _fail(
+            f"MLflow tracking server {uri} is not answering; start it with `deepsummit up`"
+            " or pass --tracking-uri sqlite:///var/mlflow.db"
+        )
+
+
+@app.command()
+def up(profile: Profile = None) -> None:
+    """Start the local Prefect server, MLflow server and worker (what runs already is kept),
+    create the work pool and apply the deployments of prefect.yaml."""
+    settings = _settings(profile, {})
+    try:
+        for line in services.up(settings):
+            typer.echo(line)
+    except PipelineError as error:
+        raise _fail(str(error)) from None
+    _print_status(settings)
+
+
+@app.command()
+def down(profile: Profile = None) -> None:
+    """Stop the processes `deepsummit up` started (by their recorded PIDs)."""
+    for line in services.down(_settings(profile, {})):
+        typer.echo(line)
+
+
+@app.command()
+def status(profile: Profile = None) -> None:
+    """Where the warehouse, the MLflow registry and the Prefect server are, and what runs."""
+    _print_status(_settings(profile, {}))
+
+
+def _print_status(settings: Settings) -> None:
+    warehouse = settings.paths.warehouse
+    size = f"{warehouse.stat().st_size / 1e6:.1f} MB" if warehouse.exists() else "not created yet"
+    backend, artifacts = services.mlflow_store(settings)
+    typer.echo(f"warehouse        {warehouse} ({size})")
+    home = services.prefect_home(settings)
+    typer.echo(f"MLflow registry  {settings.mlflow.tracking_uri}")
+    typer.echo(f"                 server store {backend}, artifacts {artifacts}")
+    typer.echo(f"Prefect server   {settings.services.prefect_api_url} (PREFECT_HOME {home})")
+    typer.echo(f"service logs     {settings.services.run_dir}")
+    for service in services.status(settings):
+        typer.echo(service.render())
+
+
+@app.command()
+def predict(
+    peak: Annotated[str, typer.Option(help="Peak id of the Himalayan Database, e.g. EVER.")],
+    date: Annotated[
+        dt.datetime, typer.Option(formats=["%Y-%m-%d"], help="Planned summit day, YYYY-MM-DD.")
+    ],
+    age: Annotated[int | None, typer.Option(help="Age of the member.")] = None,
+    sex: Annotated[str | None, typer.Option(help="M or F.")] = None,
+    nationality: Annotated[
+        str | None, typer.Option(help="Citizenship as the records spell it, e.g. Nepal.")
+    ] = None,
+    role: Annotated[str, typer.Option(help="Expedition role, e.g. Climber, Leader.")] = "Climber",
+    hired: Annotated[bool, typer.Option(help="A hired member (e.g. high-altitude staff).")] = False,
+    team_size: Annotated[int | None, typer.Option(help="Members of the expedition.")] = None,
+    oxygen: Annotated[
+        bool | None, typer.Option("--oxygen/--no-oxygen", help="Planned supplemental oxygen.")
+    ] = None,
+    commercial: Annotated[
+        bool | None, typer.Option("--commercial/--no-commercial", help="A commercial expedition.")
+    ] = None,
+    route: Annotated[
+        str | None, typer.Option(help="Route as the records spell it, e.g. 'S Col-SE Ridge'.")
+    ] = None,
+    style: Annotated[str | None, typer.Option(help="Expedition style, e.g. Standard.")] = None,
+    climber_id: Annotated[
+        str | None, typer.Option(help="Climber id of the native HDB export (experience features).")
+    ] = None,
+    profile: Profile = None,
+    warehouse: Warehouse = None,
+    tracking_uri: TrackingUri = None,
+) -> None:
+    """Score a planned attempt with the champion model (weather from the warehouse)."""
+    settings = _settings(
+        profile, _overrides(**{"paths.warehouse": warehouse, "mlflow.tracking_uri": tracking_uri})
+    )
+    _require_tracking(settings)
+    from pipeline.serving import PlannedAttempt, predict_attempt
+
+    planned = PlannedAttempt(
+        peakid=peak, date=date.date(), age=age, sex=sex, nationality=nationality, role=role,
+        hired=hired, team_size=team_size, oxygen=oxygen, commercial=commercial, route=route,
+        style=style, climber_id=climber_id,
+    )  # fmt: skip
+    try:
+        typer.echo(predict_attempt(settings, planned).render())
+    except PipelineError as error:
+        raise _fail(str(error)) from None
+
+
+@app.command("main-job")
+def main_job(
+    profile: Profile = None,
+    param: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="A parameter of the summit flow, KEY=VALUE (repeatable), e.g. max_train_rows=5000."
+        ),
+    ] = None,
+    timeout_s: Annotated[
+        int, typer.Option(help="Give up watching after this many seconds.")
+    ] = 3600,
+) -> None:
+    """The main job: services up, `prefect deployment run summit/train --watch` on the bundle,
+    then where to look (flow run, model version, Data Docs)."""
+    settings = _settings(profile, {})
+    try:
+        for line in services.up(settings):
+            typer.echo(line)
+    except PipelineError as error:
+        raise _fail(str(error)) from None
+    params = [*(param or []), *([f"profile={profile}"] if profile else [])]
+    command = [
+        str(Path(sys.executable).parent / "prefect"), "deployment", "run", "summit/train",
+        "--watch", "--watch-timeout", str(timeout_s),
+        *(arg for p in params for arg in ("--param", p)),
+    ]  # fmt: skip
+    started = dt.datetime.now()
+    flow_run_id = _stream(command, {**os.environ, **services.prefect_env(settings)})
+    minutes = (dt.datetime.now() - started).total_seconds() / 60
+    ui = settings.services.prefect_api_url.removesuffix("/api")
+    typer.echo("")
+    if flow_run_id is None:
+        raise _fail("could not start summit/train; see the output above")
+    typer.echo(f"Prefect flow run   {ui}/runs/flow-run/{flow_run_id}  ({minutes:.1f} min)")
+    summary_file = settings.paths.runs_dir / flow_run_id / "summary.json"
+    if not summary_file.exists():
+        typer.echo(f"worker log         {services.log_file(settings, services.WORKER)}")
+        raise _fail("summit/train did not complete; see the flow run and the worker log")
+    summary = json.loads(summary_file.read_text())
+    role = "champion" if summary["champion"] else "challenger"
+    typer.echo(
+        f"MLflow model       {summary['model_version_url']}  (v{summary['model_version']}, {role})"
+    )
+    typer.echo(f"MLflow run         {summary['mlflow_run_url']}")
+    typer.echo(f"Data Docs          {summary['data_docs']}")
+    typer.echo(f"run folder         {summary['run_dir']}")
+
+
+def _stream(command: list[str], env: dict[str, str]) -> str | None:
+    """Run `command`, echoing its output; the flow run id it printed, or None."""
+    flow_run_id = None
+    with subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+    ) as process:
+        assert process.stdout is not None
+        for line in process.stdout:
+            typer.echo(line, nl=False)
+            if match := re.search(r"UUID: ([0-9a-f-]{36})", line):
+                flow_run_id = match.group(1)
+    return flow_run_id
+
+
+if __name__ == "__main__":  # `python -m flows.cli`, the same as the `deepsummit` script
+    app()

@@ -1,0 +1,280 @@
+"""End to end, as a user runs it: `deepsummit up`, `prefect deployment run summit/train` through
+the real Prefect server and worker, the MLflow registry, the asset events, the artifacts, the
+schedule, the cache on a rerun, queueing of concurrent runs, and `deepsummit down` leaving no
+process behind. Services run on free ports with every file under a temporary folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from flows_fixtures import as_environment, isolated_paths, write_bundle_slice
+from mlflow import MlflowClient
+
+from flows import assets
+from flows.summit import LINEAGE_ARTIFACT, SUMMARY_ARTIFACT
+from pipeline import services
+from pipeline.config import PROJECT_ROOT, Settings, load_settings
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
+
+PREFECT = str(Path(sys.executable).parent / "prefect")
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class Stack:
+    """The services of one test session, and helpers to drive and query them."""
+
+    def __init__(self, root: Path) -> None:
+        overrides = isolated_paths(root)
+        overrides["paths"]["data_dir"] = str(write_bundle_slice(root / "data"))
+        overrides["services"].update(prefect_port=_free_port(), mlflow_port=_free_port())
+        mlflow_url = f"http://127.0.0.1:{overrides['services']['mlflow_port']}"
+        overrides["mlflow"] = {"tracking_uri": mlflow_url}
+        self.root = root
+        self.env = {
+            key: value
+            for key, value in os.environ.items()
+            if not key.startswith(("PREFECT_", "DEEPSUMMIT_"))
+        }
+        self.env.update(as_environment(overrides))
+        # The CLI and this test use the servers of this session, like the worker does.
+        self.settings: Settings = load_settings(overrides=overrides)
+        self.env.update(services.prefect_env(self.settings))
+        self.api = self.settings.services.prefect_api_url
+
+    def cli(self, *args: str) -> str:
+        result = subprocess.run(
+            [sys.executable, "-m", "flows.cli", *args],
+            env=self.env, cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stdout + result.stderr
+        return result.stdout
+
+    def trigger(self, *params: str, watch: bool = True) -> str:
+        """`prefect deployment run summit/train`; the flow run id."""
+        command = [PREFECT, "deployment", "run", "summit/train"]
+        command += [arg for p in params for arg in ("--param", p)]
+        command += ["--watch", "--watch-timeout", "600"] if watch else []
+        result = subprocess.run(command, env=self.env, capture_output=True, text=True, timeout=660)
+        assert result.returncode == 0, result.stdout + result.stderr
+        return re.search(r"UUID: ([0-9a-f-]{36})", result.stdout).group(1)
+
+    def post(self, path: str, body: dict[str, Any]) -> Any:
+        request = urllib.request.Request(
+            f"{self.api}{path}",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return json.loads(response.read())
+
+    def get(self, path: str) -> Any:
+        with urllib.request.urlopen(f"{self.api}{path}", timeout=30) as response:
+            return json.loads(response.read())
+
+    def wait_finished(self, flow_run_id: str, timeout_s: float = 600) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            run = self.get(f"/flow_runs/{flow_run_id}")
+            if run["state_type"] in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED"):
+                return run
+            time.sleep(2)
+        raise AssertionError(f"flow run {flow_run_id} not finished after {timeout_s} s")
+
+    def materialized(self, flow_run_id: str, timeout_s: float = 60) -> dict[str, set[str]]:
+        """Asset key → its upstream asset keys, from the run's materialisation events (the
+        server persists events in batches: wait until the model version's has arrived)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            events = self.post(
+                "/events/filter",
+                {
+                    "filter": {
+                        "event": {"name": ["prefect.asset.materialization.succeeded"]},
+                        "related": {"id": [f"prefect.flow-run.{flow_run_id}"]},
+                    },
+                    "limit": 50,
+                },
+            )["events"]
+            upstream = {
+                e["resource"]["prefect.resource.id"]: {
+                    r["prefect.resource.id"]
+                    for r in e["related"]
+                    if r.get("prefect.resource.role") == "asset"
+                }
+                for e in events
+            }
+            if any(key.startswith("mlflow://") for key in upstream):
+                return upstream
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no model version materialised: {sorted(upstream)}")
+            time.sleep(2)
+
+    def task_states(self, flow_run_id: str) -> dict[str, str]:
+        runs = self.post("/task_runs/filter", {"flow_runs": {"id": {"any_": [flow_run_id]}}})
+        return {run["name"].rsplit("-", 1)[0]: run["state_name"] for run in runs}
+
+
+def _gone(pid: int) -> bool:
+    """Exited: no such process, or a zombie (its parent, `deepsummit up`, exited long ago)."""
+    stat = Path(f"/proc/{pid}/stat")
+    try:
+        return stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def _session_processes(root: Path) -> list[int]:
+    """PIDs of processes whose environment points at this session's folder."""
+    marker = str(root).encode()
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            if marker in (proc / "environ").read_bytes() and not _gone(int(proc.name)):
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    stack = Stack(tmp_path_factory.mktemp("e2e"))
+    started = time.monotonic()
+    try:
+        stack.cli("up")
+        print(f"\n`deepsummit up`: {time.monotonic() - started:.1f} s")
+        yield stack
+    finally:
+        stack.cli("down")
+
+
+@pytest.fixture(scope="module")
+def first_run(stack: Stack) -> str:
+    started = time.monotonic()
+    flow_run_id = stack.trigger("profile=tiny")
+    print(f"\nfirst summit/train run: {time.monotonic() - started:.1f} s")
+    return flow_run_id
+
+
+def test_up_is_idempotent(stack: Stack) -> None:
+    before = {s.name: s.pid for s in services.status(stack.settings)}
+    output = stack.cli("up")
+    assert output.count("already running") == 3, output
+    assert {s.name: s.pid for s in services.status(stack.settings)} == before
+    assert all(s.healthy for s in services.status(stack.settings))
+
+
+def test_deployment_is_scheduled_nightly_and_runs_one_at_a_time(stack: Stack) -> None:
+    deployment = stack.get("/deployments/name/summit/train")
+    (schedule,) = deployment["schedules"]
+    assert schedule["active"]
+    assert schedule["schedule"]["cron"] == "0 2 * * *"
+    assert schedule["schedule"]["timezone"] == "Asia/Kathmandu"
+    assert deployment["global_concurrency_limit"]["limit"] == 1
+    assert deployment["concurrency_options"]["collision_strategy"] == "ENQUEUE"
+    assert deployment["work_pool_name"] == stack.settings.services.work_pool
+
+
+def test_the_run_completes_with_a_champion_in_the_registry(stack: Stack, first_run: str) -> None:
+    assert stack.get(f"/flow_runs/{first_run}")["state_type"] == "COMPLETED"
+    client = MlflowClient(tracking_uri=stack.settings.mlflow.tracking_uri)
+    champion = client.get_model_version_by_alias("deepsummit", "champion")
+    assert champion.tags["champion_decision"]
+    run = client.get_run(champion.run_id)
+    assert run.data.tags["prefect.flow_run_id"] == first_run
+
+
+def test_every_stage_emitted_its_asset_events_with_upstream_assets(
+    stack: Stack, first_run: str
+) -> None:
+    settings = stack.settings
+    upstream = stack.materialized(first_run)
+    members = assets.table_asset(settings, "members").key
+    weather = assets.weather_asset(settings).key
+    features = assets.features_table_asset(settings).key
+    (model,) = [key for key in upstream if key.startswith("mlflow://")]
+    assert model.startswith(
+        f"mlflow://127.0.0.1:{settings.services.mlflow_port}/models/deepsummit/"
+    )
+    members_file = assets.source_asset(settings.data_location(settings.sources.members)).key
+    assert members_file in upstream[members]
+    assert members in upstream[weather]
+    assert {members, weather} <= upstream[features]
+    assert features in upstream[model]
+
+
+def test_lineage_and_summary_artifacts_belong_to_the_run(stack: Stack, first_run: str) -> None:
+    artifacts = stack.post(
+        "/artifacts/filter", {"artifacts": {"flow_run_id": {"any_": [first_run]}}}
+    )
+    by_key = {a["key"]: a["data"] for a in artifacts}
+    assert "weather_daily" in by_key[LINEAGE_ARTIFACT]
+    assert "mlflow://" in by_key[LINEAGE_ARTIFACT]
+    assert "Decision" in by_key[SUMMARY_ARTIFACT]
+
+
+def test_reruns_reuse_the_cache_and_queue_instead_of_overlapping(
+    stack: Stack, first_run: str
+) -> None:
+    started = time.monotonic()
+    second, third = (stack.trigger("profile=tiny", watch=False) for _ in range(2))
+    runs = [stack.wait_finished(run_id) for run_id in (second, third)]
+    print(f"\ntwo cached reruns: {time.monotonic() - started:.1f} s")
+    assert [run["state_type"] for run in runs] == ["COMPLETED", "COMPLETED"]
+    for run_id in (second, third):
+        states = stack.task_states(run_id)
+        assert set(states) == {"ingest", "weather", "features", "train", "model_version"}
+        assert set(states.values()) == {"Cached"}, states
+    first_end = min(runs, key=lambda r: r["start_time"])["end_time"]
+    last_start = max(runs, key=lambda r: r["start_time"])["start_time"]
+    assert first_end <= last_start  # ENQUEUE: the second waited for the first
+
+
+def test_a_stage_command_runs_as_a_flow_on_the_local_server(stack: Stack, first_run: str) -> None:
+    output = stack.cli("weather")
+    assert "weather source: archive" in output
+    runs = stack.post("/flow_runs/filter", {"flows": {"name": {"any_": ["weather"]}}})
+    assert [run["state_type"] for run in runs] == ["COMPLETED"]
+
+
+def test_a_stage_command_fails_with_one_line_on_bad_input(stack: Stack, tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "flows.cli", "ingest", "--members", str(tmp_path / "absent.csv")],
+        env=stack.env, cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert "Traceback" not in result.stdout + result.stderr
+    (error,) = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert "absent.csv" in error
+
+
+def test_down_leaves_no_process_behind(stack: Stack, first_run: str) -> None:
+    pids = [s.pid for s in services.status(stack.settings) if s.running]
+    assert len(pids) == 3
+    assert _session_processes(stack.root)
+    output = stack.cli("down")
+    assert output.count(": stopped") == 3, output
+    time.sleep(1)
+    assert not _session_processes(stack.root)
+    assert all(_gone(pid) for pid in pids)
+    assert "stopped" in stack.cli("status")

@@ -1,0 +1,61 @@
+"""A small slice of the data bundle and settings that keep a run inside one temporary folder.
+
+Used by the flow tests and the end-to-end test: two peaks (ANN1, KANG: about 3,000 member rows
+spread over every split) so the whole chain runs in about a minute on the tiny profile.
+"""
+
+from __future__ import annotations
+
+import gzip
+import shutil
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from pipeline.config import load_settings
+
+SLICE_PEAKS = ("ANN1", "KANG")
+
+
+def write_bundle_slice(dest: Path, peaks: tuple[str, ...] = SLICE_PEAKS) -> Path:
+    """The bundle's files, in its layout, holding only `peaks` (raw text kept as it is)."""
+    source = load_settings().paths.data_dir
+    (dest / "himalayan").mkdir(parents=True, exist_ok=True)
+    (dest / "weather").mkdir(parents=True, exist_ok=True)
+    members = pl.read_csv(source / "himalayan/members.csv.gz", infer_schema_length=0)
+    members = members.filter(pl.col("peak_id").is_in(peaks))
+    (dest / "himalayan/members.csv.gz").write_bytes(gzip.compress(members.write_csv().encode()))
+    expeditions = pl.read_csv(source / "himalayan/expeditions.csv", infer_schema_length=0)
+    expeditions.filter(pl.col("peakid").is_in(peaks)).write_csv(dest / "himalayan/expeditions.csv")
+    shutil.copy(source / "himalayan/peaks.csv", dest / "himalayan/peaks.csv")
+    weather = pl.read_parquet(source / "weather/era5_daily.parquet")
+    weather.filter(pl.col("peakid").is_in(peaks)).write_parquet(dest / "weather/era5_daily.parquet")
+    return dest
+
+
+def isolated_paths(root: Path) -> dict[str, Any]:
+    """Settings overrides that put every file a run writes under `root`."""
+    return {
+        "paths": {
+            "var_dir": str(root / "var"),
+            "warehouse": str(root / "var/warehouse.duckdb"),
+            "runs_dir": str(root / "var/runs"),
+        },
+        "features": {"features_dir": str(root / "var/features")},
+        "train": {"checkpoint_dir": str(root / "var/checkpoints")},
+        "weather": {"cache_path": str(root / "var/cache/open-meteo")},
+        "services": {"run_dir": str(root / "services")},
+    }
+
+
+def as_environment(overrides: dict[str, Any], prefix: str = "DEEPSUMMIT") -> dict[str, str]:
+    """The same overrides as DEEPSUMMIT_<SECTION>__<FIELD> variables (for subprocesses)."""
+    env: dict[str, str] = {}
+    for key, value in overrides.items():
+        name = f"{prefix}_{key.upper()}" if prefix == "DEEPSUMMIT" else f"{prefix}__{key.upper()}"
+        if isinstance(value, dict):
+            env.update(as_environment(value, name))
+        else:
+            env[name] = str(value)
+    return env
