@@ -5,6 +5,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# Debian's Chromium and its driver, for the browser checks of the end-to-end tests.
+CHROMEDRIVER := /usr/bin/chromedriver
+SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 
 .PHONY: setup test lint train up down status bench screenshots clean
 
@@ -18,7 +21,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-test: $(STAMP)
+$(CHROMEDRIVER):
+	$(SUDO) apt-get update -qq
+	$(SUDO) apt-get install -y -qq chromium chromium-driver
+
+test: $(STAMP) $(CHROMEDRIVER)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest
 
@@ -38,6 +45,10 @@ down: $(STAMP)
 
 status: $(STAMP)
 	$(BIN)/deepsummit status
+
+# After `make train`: refresh the README's screenshots from the running services.
+screenshots: $(STAMP) $(CHROMEDRIVER)
+	$(BIN)/python tests/e2e/refresh_screenshots.py --out docs/screenshots
 
 bench: $(STAMP)
 	for script in bench/*.py; do $(BIN)/python $$script || exit 1; done

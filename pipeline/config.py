@@ -35,7 +35,13 @@ def is_url(location: str) -> bool:
     return location.startswith(("http://", "https://"))
 
 
-class PathsConfig(BaseModel):
+class Section(BaseModel):
+    """A settings section: a misspelt key is an error, never silently ignored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class PathsConfig(Section):
     data_dir: Path = Path("../shared/data")
     var_dir: Path = Path("var")  # warehouse, run folders, caches, service state; never committed
     warehouse: Path = Path("var/warehouse.duckdb")
@@ -48,7 +54,7 @@ class PathsConfig(BaseModel):
         return self
 
 
-class SourcesConfig(BaseModel):
+class SourcesConfig(Section):
     """Himalayan Database inputs: file paths (relative to the data dir) or http(s) URLs."""
 
     members: str = "himalayan/members.csv.gz"
@@ -59,7 +65,7 @@ class SourcesConfig(BaseModel):
     hdb_expeditions: str | None = None
 
 
-class RateLimits(BaseModel):
+class RateLimits(Section):
     """Open-Meteo free tier, in weighted calls (variables/10 × days/14 per location)."""
 
     per_minute: float = 600
@@ -67,7 +73,7 @@ class RateLimits(BaseModel):
     per_day: float = 10_000
 
 
-class WeatherConfig(BaseModel):
+class WeatherConfig(Section):
     source: Literal["archive", "open-meteo"] = "archive"
     archive_path: str = "weather/era5_daily.parquet"
     api_url: str = "https://archive-api.open-meteo.com/v1/archive"
@@ -93,7 +99,7 @@ class WeatherConfig(BaseModel):
         return self
 
 
-class SplitConfig(BaseModel):
+class SplitConfig(Section):
     """Time split by expedition year; whole expeditions fall on one side."""
 
     train_until: int = 2012
@@ -101,7 +107,7 @@ class SplitConfig(BaseModel):
     test_until: int = 2019
 
 
-class FeaturesConfig(BaseModel):
+class FeaturesConfig(Section):
     split: SplitConfig = Field(default_factory=SplitConfig)
     max_missing_days: int = 0  # a window missing more days than this is excluded
     min_category_count: int = 5  # rarer categories fold into index 0 (unknown)
@@ -114,7 +120,7 @@ class FeaturesConfig(BaseModel):
         return self
 
 
-class ModelHyperparameters(BaseModel):
+class ModelHyperparameters(Section):
     """Architecture knobs; the spec's base configuration is the default."""
 
     hidden_size: int = 256
@@ -125,7 +131,7 @@ class ModelHyperparameters(BaseModel):
     time2vec_dim: int = 32
 
 
-class TrainConfig(BaseModel):
+class TrainConfig(Section):
     learning_rate: float = 1e-4
     weight_decay: float = 0.05
     betas: tuple[float, float] = (0.9, 0.999)
@@ -146,14 +152,14 @@ class TrainConfig(BaseModel):
         return self
 
 
-class MlflowConfig(BaseModel):
+class MlflowConfig(Section):
     tracking_uri: str = "http://127.0.0.1:5000"
     experiment: str = "deepsummit"
     registered_model: str = "deepsummit"
     champion_alias: str = "champion"
 
 
-class ServicesConfig(BaseModel):
+class ServicesConfig(Section):
     host: str = "127.0.0.1"
     prefect_port: int = 4200
     mlflow_port: int = 5000
@@ -175,7 +181,7 @@ class ServicesConfig(BaseModel):
         return f"http://{self.host}:{self.mlflow_port}"
 
 
-class TuneConfig(BaseModel):
+class TuneConfig(Section):
     study_name: str = "deepsummit"
     # Any SQLAlchemy URL Optuna accepts; a relative SQLite path is under the project root.
     storage_url: str = "sqlite:///var/optuna.db"
@@ -195,10 +201,8 @@ class TuneConfig(BaseModel):
     profile_name: str = "tuned"  # saved as <var_dir>/profiles/<name>.toml
 
 
-class Settings(BaseModel):
+class Settings(Section):
     """Everything configurable, one object. Build it with `load_settings`."""
-
-    model_config = ConfigDict(extra="forbid")
 
     profile: str = "cpu"
     paths: PathsConfig = Field(default_factory=PathsConfig)

@@ -34,7 +34,9 @@ from pipeline.errors import QuotaExhausted
 STAGES = ("ingest", "weather", "features", "train", "model_version")
 
 
-@pytest.fixture(scope="session")
+# Module scope: torn down right after these tests (at the end of a whole session, the harness's
+# log/event drain can hang on state other test modules left behind).
+@pytest.fixture(scope="module")
 def harness() -> Iterator[None]:
     with prefect_test_harness(server_startup_timeout=90):
         yield

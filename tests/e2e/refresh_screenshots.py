@@ -31,6 +31,8 @@ from e2e.ui_checks import (
 )
 from mlflow import MlflowClient
 
+from flows.summit import LINEAGE_ARTIFACT
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -87,7 +89,7 @@ def main() -> None:
     parser.add_argument("--flow-run-id", help="this run instead of the latest completed one")
     parser.add_argument("--model", default="deepsummit", help="registered model name")
     parser.add_argument("--alias", default="champion", help="model version alias to show")
-    parser.add_argument("--artifact", default="lineage", help="artifact key of the run to show")
+    parser.add_argument("--artifact", default=LINEAGE_ARTIFACT, help="artifact of the run to show")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "screenshots")
     args = parser.parse_args()
 

@@ -1,5 +1,6 @@
 """End to end, as a user runs it: `deepsummit up`, `prefect deployment run summit/train` through
 the real Prefect server and worker, the MLflow registry, the asset events, the artifacts, the
+lineage and the model as the Prefect and MLflow UIs render them in headless Chromium, the
 schedule, the cache on a rerun, queueing of concurrent runs, and `deepsummit down` leaving no
 process behind. Services run on free ports with every file under a temporary folder."""
 
@@ -18,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from e2e.browser import launch_browser
+from e2e.ui_checks import check_mlflow_model, check_mlflow_run, check_prefect_flow_run
 from flows_fixtures import as_environment, isolated_paths, write_bundle_slice
 from mlflow import MlflowClient
 
@@ -231,6 +234,48 @@ def test_lineage_and_summary_artifacts_belong_to_the_run(stack: Stack, first_run
     assert "weather_daily" in by_key[LINEAGE_ARTIFACT]
     assert "mlflow://" in by_key[LINEAGE_ARTIFACT]
     assert "Decision" in by_key[SUMMARY_ARTIFACT]
+
+
+STAGES = ("ingest", "weather", "features", "train", "model_version")
+DIGEST = re.compile(r"\b[0-9a-f]{12,64}\b")
+
+
+def test_lineage_and_model_are_readable_in_the_uis(
+    stack: Stack, first_run: str, tmp_path: Path
+) -> None:
+    """What a person sees in the browser: the run's stages, each asset's materialisation with
+    its upstream assets, the lineage artifact with digests and MLflow links; the champion
+    version on the registered model page and the run's metrics and plots."""
+    prefect_url = stack.api.removesuffix("/api")
+    mlflow_url = stack.settings.mlflow.tracking_uri
+    upstream = stack.materialized(first_run)
+    lineage = stack.post("/artifacts/filter", {"artifacts": {"flow_run_id": {"any_": [first_run]}}})
+    (lineage_markdown,) = [a["data"] for a in lineage if a["key"] == LINEAGE_ARTIFACT]
+    champion = MlflowClient(tracking_uri=mlflow_url).get_model_version_by_alias(
+        "deepsummit", "champion"
+    )
+    with launch_browser(tmp_path / "screenshots") as browser:
+        events = check_prefect_flow_run(
+            browser,
+            prefect_url,
+            first_run,
+            expected_stages=STAGES,
+            expected_assets=upstream,
+            expected_artifacts={LINEAGE_ARTIFACT: sorted(set(DIGEST.findall(lineage_markdown)))},
+            expected_links={LINEAGE_ARTIFACT: [mlflow_url]},
+        )
+        assert all(event["payload"].get("digest") for event in events.values())
+        run_id = check_mlflow_model(browser, mlflow_url, "deepsummit", champion.version)
+        assert run_id == champion.run_id
+        shown = check_mlflow_run(
+            browser,
+            mlflow_url,
+            run_id,
+            metrics=("transformer_test_auc", "lightgbm_test_auc", "logreg_test_auc"),
+            plots=("plots/roc.png", "plots/calibration.png"),
+        )
+    print(f"\nscreenshots: {tmp_path / 'screenshots'}")
+    assert all(0.0 <= value <= 1.0 for value in shown.values())
 
 
 def test_reruns_reuse_the_cache_and_queue_instead_of_overlapping(

@@ -9,7 +9,8 @@ Prefect 3.8.8 serves two UIs: V2 (React, the default for a browser without a sav
   name when the asset has one, else its key) and, under Related Resources, the upstream asset
   keys. An explicit `rangeType=range` window is needed: the default "Past day" ends at the
   current minute rounded down, so events of the last minute are not shown.
-- `/v2/events/event/<local date>/<event id>?tab=raw`: the whole event as JSON (payload metadata).
+- `/v2/events/event/<local date>/<event id>`: one event (its Raw tab renders only the lines in
+  view, so a card's event is read whole from the events API by the id in the card's link).
 MLflow 3.17.2 (hash routes): `/#/models/<name>`, `/#/models/<name>/versions/<v>`,
 `/#/runs/<run id>` (redirects to `/#/experiments/<id>/runs/<run id>`), and
 `…/artifacts/<path>`, which previews a PNG as `<img alt="<path>">`.
@@ -20,6 +21,7 @@ from __future__ import annotations
 import json
 import re
 import time
+import urllib.request
 from collections.abc import Collection, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -82,7 +84,7 @@ def check_asset_events(
     `expected_assets` maps each asset key to the keys it was built from. Each card must list every
     upstream key under Related Resources; the event itself (its Raw tab) must have exactly that
     asset as resource, those upstream assets, and the metadata fields in its payload.
-    Returns asset key → event as shown on its Raw tab.
+    Returns asset key → the event a card links to.
     """
     ui = prefect_ui(base_url)
     start = since or datetime.now(UTC) - timedelta(days=1)
@@ -116,7 +118,7 @@ def check_asset_events(
 
     events: dict[str, dict] = {}
     for detail_url, card_text in cards:
-        event = _raw_event(browser, detail_url)
+        event = _card_event(base_url, detail_url)
         key = event["resource"]["prefect.resource.id"]
         if key in expected_assets:
             events[key] = event
@@ -296,23 +298,21 @@ def _event_cards(browser: Browser) -> list[tuple[str, str]]:
     )
 
 
-def _raw_event(browser: Browser, detail_url: str) -> dict:
-    """The event as its Raw tab shows it (a JSON code view, read whole from a tall viewport)."""
-    # The code view only renders the lines in view, so make the view tall enough for all.
-    width, height = browser.driver.execute_script("return [window.innerWidth, window.innerHeight]")
-    browser.set_viewport(width, 4000)
-    try:
-        browser.go(detail_url.split("?")[0] + "?tab=raw")
-        text = browser.wait_until(
-            lambda t: [] if '"payload"' in t and '"received"' in t else ["raw JSON"]
-        )
-    finally:
-        browser.set_viewport(width, height)
-    raw = text[text.index("{") : text.rindex("}") + 1]
-    try:
-        return json.loads(raw)
-    except json.JSONDecodeError as error:
-        raise PageCheckFailed(f"{detail_url}: raw tab is not whole JSON ({error})") from error
+def _card_event(base_url: str, detail_url: str) -> dict:
+    """The event a feed card links to, read from the events API by the id in the card's link.
+
+    (The Raw tab's code view renders only the lines in view, so long events cannot be read
+    whole from the page; what the card itself shows is checked against this event.)
+    """
+    event_id = detail_url.split("?")[0].rstrip("/").rsplit("/", 1)[1]
+    request = urllib.request.Request(
+        f"{base_url.rstrip('/')}/api/events/filter",
+        data=json.dumps({"filter": {"id": {"id": [event_id]}}, "limit": 1}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        (event,) = json.loads(response.read())["events"]
+    return event
 
 
 def _check_card(key: str, card: str, upstream: Collection[str], feed_url: str) -> None:
