@@ -23,7 +23,7 @@ import typer
 from pydantic import ValidationError
 
 from pipeline import services
-from pipeline.config import Settings, load_settings
+from pipeline.config import Settings, load_settings, nested_overrides
 from pipeline.errors import PipelineError
 
 app = typer.Typer(
@@ -57,24 +57,6 @@ FeaturesDir = Annotated[
     Path | None,
     typer.Option(help="Folder of features snapshots. (default: features.features_dir)"),
 ]
-
-
-def _set(overrides: dict[str, Any], dotted: str, value: Any) -> None:
-    if value is None:
-        return
-    node = overrides
-    *parents, leaf = dotted.split(".")
-    for part in parents:
-        node = node.setdefault(part, {})
-    node[leaf] = str(value) if isinstance(value, Path) else value
-
-
-def _overrides(**options: Any) -> dict[str, Any]:
-    """{"paths.warehouse": value, …} → nested settings overrides; None values are left out."""
-    overrides: dict[str, Any] = {}
-    for dotted, value in options.items():
-        _set(overrides, dotted.replace("__", "."), value)
-    return overrides
 
 
 def _fail(message: str) -> typer.Exit:
@@ -131,7 +113,7 @@ def _run_stage(flow_name: str, settings: Settings, profile: str | None, **params
 
 
 def _stage(name: str, profile: str | None, options: dict[str, Any], **params: Any) -> None:
-    overrides = _overrides(**options)
+    overrides = nested_overrides(options)
     settings = _settings(profile, overrides)
     _run_stage(name, settings, profile, overrides=overrides, **params)
 
@@ -269,7 +251,7 @@ def train(
         "train.max_train_rows": max_train_rows,
         "train.max_epochs": max_epochs,
     }
-    settings = _settings(profile, _overrides(**options))
+    settings = _settings(profile, nested_overrides(options))
     _require_tracking(settings)
     chosen = snapshot or _newest_snapshot(settings.features.features_dir)
     _stage("train", profile, options, features_dir=str(chosen))
@@ -368,7 +350,8 @@ def predict(
 ) -> None:
     """Score a planned attempt with the champion model (weather from the warehouse)."""
     settings = _settings(
-        profile, _overrides(**{"paths.warehouse": warehouse, "mlflow.tracking_uri": tracking_uri})
+        profile,
+        nested_overrides({"paths.warehouse": warehouse, "mlflow.tracking_uri": tracking_uri}),
     )
     _require_tracking(settings)
     from pipeline.serving import PlannedAttempt, predict_attempt

@@ -17,7 +17,7 @@ from prefect.runtime import deployment, flow_run
 
 from flows import assets, fingerprints, tasks
 from flows.artifacts import LineageRow, lineage_markdown, link, summary_markdown
-from pipeline.config import Settings, load_settings
+from pipeline.config import Settings, load_settings, nested_overrides
 
 LINEAGE_ARTIFACT = "deepsummit-lineage"
 SUMMARY_ARTIFACT = "deepsummit-run-summary"
@@ -210,26 +210,20 @@ def overrides_from(
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Settings overrides from flow parameters / CLI options; None means "from config"."""
-    chosen = {
-        ("paths", "data_dir"): data_dir,
-        ("paths", "warehouse"): warehouse,
-        ("weather", "source"): weather_source,
-        ("weather", "api_url"): api_url,
-        ("features", "split", "train_until"): train_until,
-        ("features", "split", "validation_until"): validation_until,
-        ("features", "split", "test_until"): test_until,
-        ("train", "max_train_rows"): max_train_rows,
-        ("mlflow", "tracking_uri"): tracking_uri,
-    }
-    overrides: dict[str, Any] = json.loads(json.dumps(extra or {}))
-    for path, value in chosen.items():
-        if value is None:
-            continue
-        node = overrides
-        for part in path[:-1]:
-            node = node.setdefault(part, {})
-        node[path[-1]] = value
-    return overrides
+    return nested_overrides(
+        {
+            "paths.data_dir": data_dir,
+            "paths.warehouse": warehouse,
+            "weather.source": weather_source,
+            "weather.api_url": api_url,
+            "features.split.train_until": train_until,
+            "features.split.validation_until": validation_until,
+            "features.split.test_until": test_until,
+            "train.max_train_rows": max_train_rows,
+            "mlflow.tracking_uri": tracking_uri,
+        },
+        base=extra,
+    )
 
 
 @flow(name="summit", log_prints=True)

@@ -232,6 +232,24 @@ def deep_merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
+def nested_overrides(dotted: dict[str, Any], base: dict[str, Any] | None = None) -> dict[str, Any]:
+    """{"paths.warehouse": value, …} merged into a copy of `base` as nested settings overrides.
+
+    None means "not given" and is left out, so options and flow parameters can pass everything.
+    """
+    overrides = deep_merge({}, base or {})
+    for key, value in dotted.items():
+        if value is None:
+            continue
+        node = overrides
+        *parents, leaf = key.split(".")
+        for part in parents:
+            child = node[part] = dict(node.get(part, {}))
+            node = child
+        node[leaf] = str(value) if isinstance(value, Path) else value
+    return overrides
+
+
 def _env_values() -> dict[str, Any]:
     """DEEPSUMMIT_* variables as a nested dict (so they can be merged under overrides).
     Variables that name no settings section (DEEPSUMMIT_CONFIG, the workers'

@@ -153,6 +153,7 @@ def _write(
 ) -> None:
     """One transaction: raw rows replaced per source, clean tables and quarantine rebuilt."""
     warehouse.run(con, "ingest_create_tables")
+    warehouse.run(con, "quarantine_create_table")
     con.begin()
     try:
         for table in TABLES:

@@ -1,5 +1,4 @@
--- Clean records tables and the quarantine (docs/architecture.md, "Warehouse tables").
--- The quarantine is shared with the weather stage (same definition in weather_create_tables.sql).
+-- Clean records tables (docs/architecture.md, "Warehouse tables"); the quarantine has its own file.
 -- Raw tables are created from the loaded frame itself (ingest_replace_raw.sql).
 CREATE TABLE IF NOT EXISTS peaks (
     peakid VARCHAR NOT NULL PRIMARY KEY,
@@ -56,14 +55,4 @@ CREATE TABLE IF NOT EXISTS members (
     climber_id VARCHAR,
     source VARCHAR NOT NULL,
     PRIMARY KEY (member_id, year)
-);
-
-CREATE TABLE IF NOT EXISTS quarantine (
-    source VARCHAR,
-    table_name VARCHAR,
-    row_number INTEGER,
-    record VARCHAR,
-    reason VARCHAR,
-    load_digest VARCHAR,
-    quarantined_at TIMESTAMP
 );

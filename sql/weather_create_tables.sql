@@ -23,14 +23,3 @@ CREATE TABLE IF NOT EXISTS weather_daily (
     request_id VARCHAR NOT NULL,
     PRIMARY KEY (peakid, date, source)
 );
-
--- The shared quarantine table (docs/architecture.md); the records stage creates the same one.
-CREATE TABLE IF NOT EXISTS quarantine (
-    source VARCHAR,
-    table_name VARCHAR,
-    row_number INTEGER,
-    record VARCHAR,
-    reason VARCHAR,
-    load_digest VARCHAR,
-    quarantined_at TIMESTAMP
-);

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.config import PROJECT_ROOT, available_profiles, load_settings
+from pipeline.config import PROJECT_ROOT, available_profiles, load_settings, nested_overrides
 
 CONFIG = """
 [settings]
@@ -82,3 +82,17 @@ def test_the_project_file_has_the_documented_profiles() -> None:
     base = load_settings("base")
     assert (base.model.hidden_size, base.model.num_layers, base.model.num_heads) == (256, 6, 8)
     assert (base.model.dropout, base.model.drop_path_rate) == (0.1, 0.1)
+
+
+def test_dotted_options_become_nested_overrides_without_touching_the_base() -> None:
+    base = {"train": {"max_epochs": 2}, "features": {"split": {"test_until": 2018}}}
+    merged = nested_overrides(
+        {"features.split.train_until": 2010, "paths.warehouse": Path("w.duckdb"), "x.y": None},
+        base=base,
+    )
+    assert merged == {
+        "train": {"max_epochs": 2},
+        "features": {"split": {"test_until": 2018, "train_until": 2010}},
+        "paths": {"warehouse": "w.duckdb"},
+    }
+    assert base == {"train": {"max_epochs": 2}, "features": {"split": {"test_until": 2018}}}

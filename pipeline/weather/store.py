@@ -81,6 +81,7 @@ class StoreResult:
 
 def ensure_tables(con: duckdb.DuckDBPyConnection) -> None:
     run(con, "weather_create_tables")
+    run(con, "quarantine_create_table")
 
 
 def split_valid(batch: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
