@@ -26,6 +26,9 @@ from pipeline import services
 from pipeline.config import Settings, load_settings, nested_overrides
 from pipeline.errors import PipelineError
 
+# A console tool prints its own summary; MLflow's per-file download bars would bury it.
+os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+
 app = typer.Typer(
     help="DeepSummit: P(summit) for a Himalayan expedition member, as an orchestrated pipeline.",
     no_args_is_help=True,
