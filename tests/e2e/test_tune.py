@@ -122,7 +122,8 @@ def _trial_runs(client: Any, parent_id: str) -> list[FlowRun]:
 
 
 def _wait(settings: Settings, flow_run_id: str, kill_one: bool) -> tuple[FlowRun, str | None]:
-    """Wait for the tune flow run; with `kill_one`, SIGKILL the first trial seen running."""
+    """Wait for the tune flow run; with `kill_one`, SIGKILL a trial once two trials are seen
+    running at the same time, so the kill also witnesses that trials run side by side."""
     killed = None
     deadline = time.monotonic() + 900
     with (
@@ -134,11 +135,14 @@ def _wait(settings: Settings, flow_run_id: str, kill_one: bool) -> tuple[FlowRun
             if run.state and run.state.is_final():
                 return run, killed
             if kill_one and killed is None:
-                for trial in _trial_runs(client, flow_run_id):
-                    if trial.state and trial.state.is_running() and trial.infrastructure_pid:
-                        os.kill(int(trial.infrastructure_pid), signal.SIGKILL)
-                        killed = str(trial.id)
-                        break
+                running = [
+                    trial
+                    for trial in _trial_runs(client, flow_run_id)
+                    if trial.state and trial.state.is_running() and trial.infrastructure_pid
+                ]
+                if len(running) >= 2:
+                    os.kill(int(running[0].infrastructure_pid), signal.SIGKILL)
+                    killed = str(running[0].id)
             time.sleep(0.5)
     raise AssertionError(f"summit/tune flow run {flow_run_id} not finished in 15 minutes")
 
@@ -148,7 +152,7 @@ def test_a_search_across_two_workers_survives_a_killed_trial_and_resumes(stack):
     tune_id = _run_tune(settings, overrides, n_trials=3)
     tune_run, killed = _wait(settings, tune_id, kill_one=True)
     assert tune_run.state.is_completed(), tune_run.state.message
-    assert killed is not None, "no trial was seen running"
+    assert killed is not None, "two trials were never seen running at once"
 
     # Trials ran as their own flow runs, under the search, two at a time; the killed one crashed.
     with (
