@@ -42,7 +42,7 @@ from pipeline.feature_spec import (
 from pipeline.preprocessing import Preprocessor
 from pipeline.tabular import ATTEMPT_INPUT_SCHEMA, attempt_features
 from pipeline.training import load_tensors, predict_proba, save_tensors
-from pipeline.warehouse import connect
+from pipeline.warehouse import connect, query
 from pipeline.windows import window_for
 
 SERVING_MODEL_FILE = Path(__file__).with_name("serving_model.py")
@@ -264,6 +264,8 @@ class Prediction:
 
 def predict_attempt(settings: Settings, planned: PlannedAttempt) -> Prediction:
     """Score a planned attempt with the champion, through the training feature code."""
+    with connect(settings.paths.warehouse, read_only=True) as con:
+        _check_attempt(con, planned)  # before the model download: bad input fails at once
     name, alias = settings.mlflow.registered_model, settings.mlflow.champion_alias
     client = mlflow.MlflowClient(settings.mlflow.tracking_uri)
     try:
@@ -279,7 +281,6 @@ def predict_attempt(settings: Settings, planned: PlannedAttempt) -> Prediction:
     preprocessor = champion.preprocessor
     source = preprocessor.weather_source
     with connect(settings.paths.warehouse, read_only=True) as con:
-        _check_attempt(con, planned)
         window = window_for(con, planned.peakid, planned.date, source)
         missing = int(window["missing_days"].max()) if window.height else WINDOW_DAYS
         allowed = int(preprocessor.extra.get("max_missing_days", 0))
@@ -319,18 +320,18 @@ def _check_attempt(con: duckdb.DuckDBPyConnection, planned: PlannedAttempt) -> N
         raise PipelineError(f"sex {planned.sex!r}: expected M or F")
     if planned.team_size is not None and planned.team_size < 1:
         raise PipelineError(f"team size {planned.team_size}: must be at least 1")
-    known = con.execute("SELECT count(*) FROM peaks WHERE peakid = ?", [planned.peakid]).fetchall()
-    if not known[0][0]:
+    [known] = query(
+        con,
+        "serving_known_inputs",
+        {"peakid": planned.peakid, "nationality": planned.nationality},
+    ).to_dicts()
+    if not known["peak_known"]:
         raise PipelineError(f"unknown peak {planned.peakid!r}: not in the warehouse's peaks table")
-    if planned.nationality is not None:
-        seen = con.execute(
-            "SELECT count(*) FROM members WHERE citizenship = ?", [planned.nationality]
-        ).fetchall()
-        if not seen[0][0]:
-            raise PipelineError(
-                f"unknown nationality {planned.nationality!r}: no member of the records has "
-                "that citizenship (spell it as the records do, e.g. 'Nepal', 'USA', 'UK')"
-            )
+    if not known["nationality_known"]:
+        raise PipelineError(
+            f"unknown nationality {planned.nationality!r}: no member of the records has "
+            "that citizenship (spell it as the records do, e.g. 'Nepal', 'USA', 'UK')"
+        )
 
 
 def _attempt_row(planned: PlannedAttempt) -> pl.DataFrame:

@@ -164,3 +164,19 @@ def test_bad_input_gets_one_clear_line(predict_settings, changes, message) -> No
         predict_attempt(predict_settings, everest(**changes))
     assert message in str(error.value)
     assert "\n" not in str(error.value)
+
+
+def test_bad_input_is_refused_before_the_registry_is_asked(predict_settings, tmp_path) -> None:
+    # An empty registry: had predict looked up the champion first, bad input would read
+    # "no model" instead of naming what is wrong with it.
+    offline = predict_settings.model_copy(
+        update={
+            "mlflow": predict_settings.mlflow.model_copy(
+                update={"tracking_uri": f"sqlite:///{tmp_path / 'empty.db'}"}
+            )
+        }
+    )
+    with pytest.raises(PipelineError, match="unknown nationality 'Atlantis'"):
+        predict_attempt(offline, everest(nationality="Atlantis"))
+    with pytest.raises(PipelineError, match=r"no model .*@champion"):
+        predict_attempt(offline, everest())
