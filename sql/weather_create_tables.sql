@@ -23,3 +23,13 @@ CREATE TABLE IF NOT EXISTS weather_daily (
     request_id VARCHAR NOT NULL,
     PRIMARY KEY (peakid, date, source)
 );
+
+-- Weighted calls sent to an Open-Meteo endpoint, one row per request: the rate limiter's memory
+-- across runs, since the API's per-day limit spans runs (a rerun or the nightly schedule must not
+-- spend what an earlier run already used). `sent_at` is on the limiter's clock (Unix time).
+CREATE TABLE IF NOT EXISTS weather_api_calls (
+    api_url VARCHAR NOT NULL,
+    sent_at TIMESTAMPTZ NOT NULL,
+    weighted_calls DOUBLE NOT NULL,
+    request_id VARCHAR NOT NULL
+);

@@ -16,7 +16,7 @@ from pipeline.errors import QuotaExhausted
 from pipeline.feature_spec import WEATHER_VARIABLES
 from pipeline.warehouse import connect
 from pipeline.weather import load_weather
-from pipeline.weather.cost import RateLimiter
+from pipeline.weather.cost import DAY_S, RateLimiter
 from pipeline.weather.openmeteo import OpenMeteoSource, response_frame
 from pipeline.weather.plan import Location, PlannedRequest
 
@@ -161,6 +161,31 @@ def test_daily_limit_stops_cleanly_and_the_next_run_completes(
     straight = load_weather(uninterrupted, tmp_path / "run3")
     assert stored(settings).equals(stored(uninterrupted))
     assert resumed.digest == straight.digest
+
+
+def test_the_daily_budget_counts_what_earlier_runs_spent(
+    tmp_path: Path, server: OpenMeteoServer
+) -> None:
+    # 20 weighted calls a day: the first run affords EVER 1940 and EVER 2018 (14.0) only.
+    settings = om_settings(tmp_path, server, limits={"per_day": 20.0})
+    now = [1_800_000_000.0]
+    with pytest.raises(QuotaExhausted, match=r"daily budget reached: 14\.0 of 20"):
+        load_weather(settings, tmp_path / "run1", clock=lambda: now[0])
+    assert server.requests == 2
+
+    # An hour later, in a new process: the 9.6 calls the third request needs still do not fit
+    # beside the 14.0 already spent today, so nothing is sent (a fresh count would send two).
+    now[0] += 3_600
+    with pytest.raises(QuotaExhausted, match=r"daily budget reached: 14\.0 of 20"):
+        load_weather(settings, tmp_path / "run2", clock=lambda: now[0])
+    assert server.requests == 2
+
+    now[0] += DAY_S  # the first run's calls have left the 24-hour window
+    resumed = load_weather(settings, tmp_path / "run3", clock=lambda: now[0])
+    assert resumed.complete and resumed.requests == 2 and server.requests == 4
+    with connect(settings.paths.warehouse, read_only=True) as con:
+        [(spent,)] = con.execute("SELECT sum(weighted_calls) FROM weather_api_calls").fetchall()
+    assert spent == pytest.approx(MINI_WEIGHT) == pytest.approx(server.weighted_calls)
 
 
 def test_json_and_flatbuffers_carry_the_same_values(

@@ -18,6 +18,7 @@ from pipeline.errors import QuotaExhausted
 
 REFERENCE_VARIABLES = 10
 REFERENCE_DAYS = 14
+DAY_S = 86_400.0
 
 
 def weighted_calls(variables: int, days: int, locations: int = 1) -> float:
@@ -38,12 +39,13 @@ class RateLimiter:
 
     `acquire(weight)` waits (through the injectable `sleep`) until the minute and hour windows
     have room, and raises QuotaExhausted when the day window has none: waiting up to a day is no
-    use to a person at a terminal, and a rerun tomorrow fetches only what is still missing. The
-    windows count what this process sent; the server's own daily-limit answer is the backstop.
+    use to a person at a terminal, and a rerun tomorrow fetches only what is still missing.
+    `calls` starts from what earlier runs sent (`ledger.calls_since`), hence a wall clock; the
+    server's own daily-limit answer stays the backstop for calls sent from elsewhere.
     """
 
     limits: RateLimits
-    clock: Callable[[], float] = time.monotonic
+    clock: Callable[[], float] = time.time
     sleep: Callable[[float], None] = time.sleep
     calls: deque[tuple[float, float]] = field(default_factory=deque)
     waited_s: float = 0.0
@@ -53,10 +55,10 @@ class RateLimiter:
         return sum(weight for at, weight in self.calls if at > now - window_s)
 
     def acquire(self, weight: float) -> None:
-        self._forget(older_than_s=86_400)
-        if self.used(86_400) + weight > self.limits.per_day:
+        self._forget(older_than_s=DAY_S)
+        if self.used(DAY_S) + weight > self.limits.per_day:
             raise QuotaExhausted(
-                f"Open-Meteo daily budget reached: {self.used(86_400):.1f} of "
+                f"Open-Meteo daily budget reached: {self.used(DAY_S):.1f} of "
                 f"{self.limits.per_day:g} weighted calls used in the last 24 h, the next request "
                 f"needs {weight:.1f}"
             )

@@ -5,6 +5,8 @@ request in its own transaction); `load_weather` writes the report to the run fol
 raises QuotaExhausted, whose one line says what is stored, what is missing and that a rerun
 fetches the rest. The CLI prints that line and exits 1; the next run asks only for the
 missing days. Rejected responses do not raise: the report lists them and `complete` is False.
+The rate limiter starts from the calls `weather_api_calls` holds for the last 24 hours, so a
+rerun the same day does not spend the daily budget twice.
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ import duckdb
 from pipeline.config import Settings
 from pipeline.errors import QuotaExhausted
 from pipeline.warehouse import connect, query
-from pipeline.weather import archive, needs, openmeteo, store
-from pipeline.weather.cost import RateLimiter
+from pipeline.weather import archive, ledger, needs, openmeteo, store
+from pipeline.weather.cost import DAY_S, RateLimiter
 from pipeline.weather.plan import plan_requests
 from pipeline.weather.report import PeakWeather, WeatherReport
 
@@ -69,7 +71,7 @@ def load_weather(
     settings: Settings,
     run_dir: Path,
     sleep: Callable[[float], None] = time.sleep,
-    clock: Callable[[], float] = time.monotonic,
+    clock: Callable[[], float] = time.time,
 ) -> WeatherReport:
     """Store the weather the attempts need from settings.weather.source ("archive" or
     "open-meteo"); `sleep`/`clock` drive the rate limiter and backoff (tests inject them)."""
@@ -85,9 +87,9 @@ def load_weather(
             outcome.stored, outcome.quarantined = loaded.stored, loaded.quarantined
         else:
             spans = needs.missing_spans(con, config.source, config)
-            source = openmeteo.OpenMeteoSource(
-                config, RateLimiter(config.limits, clock=clock, sleep=sleep), sleep=sleep
-            )
+            limiter = RateLimiter(config.limits, clock=clock, sleep=sleep)
+            limiter.calls.extend(ledger.calls_since(con, config.api_url, clock() - DAY_S))
+            source = openmeteo.OpenMeteoSource(config, limiter, sleep=sleep)
             outcome = openmeteo.fetch_requests(con, source, plan_requests(spans, config))
         report = _report(con, settings, skipped, outcome)
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -32,6 +32,7 @@ from retry_requests import retry
 
 from pipeline.config import WeatherConfig
 from pipeline.errors import QuotaExhausted
+from pipeline.weather import ledger
 from pipeline.weather.cost import RateLimiter
 from pipeline.weather.plan import PlannedRequest
 from pipeline.weather.store import StoreResult, store_batch
@@ -254,6 +255,10 @@ def fetch_requests(
             continue
         finally:
             outcome.count(request, source.tries)
+            if source.tries:
+                spent = source.tries * request.weight
+                sent_at = source.limiter.clock()
+                ledger.record_calls(con, config.api_url, sent_at, spent, request_id)
         batch = frame.with_row_index("row_number", offset=1).with_columns(
             pl.col("row_number").cast(pl.Int64),
             pl.lit(SOURCE).alias("source"),
