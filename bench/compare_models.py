@@ -19,17 +19,9 @@ from pathlib import Path
 import torch
 
 from pipeline.config import load_settings
-from pipeline.feature_spec import CATEGORICAL_FEATURES
-from pipeline.features import PREPROCESSING_FILE, load_features
+from pipeline.features import load_features, newest_features_dir
 from pipeline.train_stage import ModelScore, score_models
 from pipeline.training import train_model
-
-
-def newest_features(root: Path) -> Path:
-    folders = sorted(root.glob(f"*/{PREPROCESSING_FILE}"), key=lambda p: p.stat().st_mtime)
-    if not folders:
-        raise SystemExit(f"no features folder under {root}: run `deepsummit features` first")
-    return folders[-1].parent
 
 
 def markdown(scores: list[ModelScore]) -> str:
@@ -54,9 +46,9 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
 
     settings = load_settings(args.profile)
-    features_dir = args.features or newest_features(settings.features.features_dir)
+    features_dir = args.features or newest_features_dir(settings.features.features_dir)
     arrays, preprocessor = load_features(features_dir)
-    cardinalities = tuple(len(preprocessor.vocabularies[n]) + 1 for n in CATEGORICAL_FEATURES)
+    cardinalities = preprocessor.categorical_cardinalities
     with tempfile.TemporaryDirectory() as checkpoints:
         result = train_model(
             settings, arrays["train"], arrays["validation"], cardinalities, Path(checkpoints)

@@ -261,12 +261,12 @@ def train(
 
 
 def _newest_snapshot(features_dir: Path) -> Path:
-    snapshots = [
-        p for p in features_dir.glob("*") if p.is_dir() and not p.name.endswith(".partial")
-    ]
-    if not snapshots:
-        raise _fail(f"{features_dir}: no features snapshot; run `deepsummit features` first")
-    return max(snapshots, key=lambda p: p.stat().st_mtime)
+    from pipeline.features import newest_features_dir
+
+    try:
+        return newest_features_dir(features_dir)
+    except PipelineError as error:
+        raise _fail(str(error)) from None
 
 
 def _require_tracking(settings: Settings) -> None:

@@ -166,6 +166,18 @@ def _write_folder(
     staging.rename(directory)
 
 
+def newest_features_dir(root: Path) -> Path:
+    """The most recently written features folder under `root` (staging folders excluded)."""
+    folders = [
+        p.parent
+        for p in root.glob(f"*/{PREPROCESSING_FILE}")
+        if not p.parent.name.endswith(".partial")
+    ]
+    if not folders:
+        raise PipelineError(f"{root}: no features snapshot; run `deepsummit features` first")
+    return max(folders, key=lambda p: p.stat().st_mtime)
+
+
 def load_features(directory: Path) -> tuple[dict[str, FeatureArrays], Preprocessor]:
     """The model arrays per split and the preprocessor of a features folder."""
     if not (directory / PREPROCESSING_FILE).exists():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -13,7 +14,13 @@ from features_tables import create_contract_tables, settings_for
 
 from pipeline.errors import PipelineError
 from pipeline.feature_spec import OUTCOME_COLUMNS
-from pipeline.features import FeaturesReport, build_features, load_features
+from pipeline.features import (
+    PREPROCESSING_FILE,
+    FeaturesReport,
+    build_features,
+    load_features,
+    newest_features_dir,
+)
 from pipeline.features_validation import validate_features
 from pipeline.tabular import TABULAR_FEATURES
 from pipeline.warehouse import frame_digest
@@ -119,3 +126,17 @@ def test_a_warehouse_without_clean_tables_is_one_clear_error(tmp_path: Path) -> 
         con.execute("DROP TABLE weather_daily")
     with pytest.raises(PipelineError, match="no table 'weather_daily'"):
         build_features(settings_for(tmp_path, warehouse), tmp_path / "run")
+
+
+def test_the_newest_finished_snapshot_is_found(tmp_path: Path) -> None:
+    with pytest.raises(PipelineError, match="no features snapshot"):
+        newest_features_dir(tmp_path)
+    for age_s, name in ((300, "older"), (100, "newer"), (0, "half-written.partial"), (0, "empty")):
+        folder = tmp_path / name
+        folder.mkdir()
+        if name != "empty":
+            marker = folder / PREPROCESSING_FILE
+            marker.write_text("{}")
+            stamp = marker.stat().st_mtime - age_s
+            os.utime(folder, (stamp, stamp))
+    assert newest_features_dir(tmp_path) == tmp_path / "newer"
