@@ -254,10 +254,11 @@ def train(
         "train.max_train_rows": max_train_rows,
         "train.max_epochs": max_epochs,
     }
-    settings = _settings(profile, nested_overrides(options))
+    overrides = nested_overrides(options)
+    settings = _settings(profile, overrides)
     _require_tracking(settings)
     chosen = snapshot or _newest_snapshot(settings.features.features_dir)
-    _stage("train", profile, options, features_dir=str(chosen))
+    _run_stage("train", settings, profile, overrides=overrides, features_dir=str(chosen))
 
 
 def _newest_snapshot(features_dir: Path) -> Path:
