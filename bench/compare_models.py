@@ -19,9 +19,9 @@ from pathlib import Path
 import torch
 
 from pipeline.config import load_settings
-from pipeline.features import load_features, newest_features_dir
-from pipeline.train_stage import ModelScore, score_models
-from pipeline.training import train_model
+from pipeline.features.build import load_features, newest_features_dir
+from pipeline.train.stage import ModelScore, score_models
+from pipeline.train.trainer import train_model
 
 
 def markdown(scores: list[ModelScore]) -> str:
@@ -51,9 +51,14 @@ def main() -> None:
     cardinalities = preprocessor.categorical_cardinalities
     with tempfile.TemporaryDirectory() as checkpoints:
         result = train_model(
-            settings, arrays["train"], arrays["validation"], cardinalities, Path(checkpoints)
+            settings.train,
+            settings.model,
+            arrays["train"],
+            arrays["validation"],
+            cardinalities,
+            Path(checkpoints),
         )
-    scores, _ = score_models(settings, result, arrays)
+    scores, _ = score_models(settings.train, result, arrays)
 
     test = arrays["test"]
     print(

@@ -21,9 +21,9 @@ import torch
 
 from model.summary import count_parameters
 from pipeline.config import load_settings, nested_overrides
-from pipeline.evaluation import compute_metrics
-from pipeline.features import load_features, newest_features_dir
-from pipeline.training import predict_proba, train_model
+from pipeline.features.build import load_features, newest_features_dir
+from pipeline.train.evaluation import compute_metrics
+from pipeline.train.trainer import predict_proba, train_model
 
 CANDIDATES: dict[str, dict[str, Any]] = {
     "cpu (H=32, 2 layers)": {},
@@ -55,7 +55,12 @@ def main() -> None:
         settings = load_settings("cpu", nested_overrides(dotted))
         with tempfile.TemporaryDirectory() as checkpoints:
             result = train_model(
-                settings, arrays["train"], arrays["validation"], cardinalities, Path(checkpoints)
+                settings.train,
+                settings.model,
+                arrays["train"],
+                arrays["validation"],
+                cardinalities,
+                Path(checkpoints),
             )
         test = arrays["test"]
         metrics = compute_metrics(

@@ -22,15 +22,15 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from features_tables import load_bundle, settings_for
 
-from pipeline.attempts import build_attempts
-from pipeline.feature_spec import (
+from pipeline.features.attempts import build_attempts
+from pipeline.features.spec import (
     CIRCULAR_WEATHER_VARIABLES,
     WEATHER_VARIABLES,
     WINDOW_DAYS,
     WINDOW_SCALES,
 )
-from pipeline.tabular import attempt_features
-from pipeline.windows import window_tensors
+from pipeline.features.tabular import attempt_features
+from pipeline.features.windows import window_tensors
 
 
 def pandas_window(weather: pd.DataFrame, peakid: str, date: pd.Timestamp) -> np.ndarray:
@@ -74,7 +74,7 @@ def main() -> None:
 
     with duckdb.connect(str(warehouse)) as con:
         started = time.perf_counter()
-        windows = build_attempts(con, settings)
+        windows = build_attempts(con, settings.features, settings.weather.source)
         windows_done = time.perf_counter()
         features = attempt_features(
             con,

@@ -25,7 +25,8 @@ from openmeteo_server import OpenMeteoServer  # noqa: E402
 from weather_fixtures import load_bundle_tables, weather_settings  # noqa: E402
 
 from pipeline.config import Settings  # noqa: E402
-from pipeline.feature_spec import WINDOW_DAYS  # noqa: E402
+from pipeline.context import RunContext  # noqa: E402
+from pipeline.features.spec import WINDOW_DAYS  # noqa: E402
 from pipeline.warehouse import connect, query  # noqa: E402
 from pipeline.weather import load_weather, needs, store  # noqa: E402
 from pipeline.weather.cost import RateLimiter  # noqa: E402
@@ -76,7 +77,7 @@ def main() -> None:
             windows = per_window_plan(con, settings)
 
         started = time.perf_counter()
-        report = load_weather(settings, tmp_path / "run")
+        report = load_weather(settings, RunContext(tmp_path / "run"))
         merged_s = time.perf_counter() - started
         merged = (server.requests, server.weighted_calls)
 

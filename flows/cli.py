@@ -22,8 +22,9 @@ from typing import Annotated, Any
 import typer
 from pydantic import ValidationError
 
-from pipeline import services
-from pipeline.config import Settings, load_settings, nested_overrides
+from flows import services
+from flows.options import RunOptions
+from pipeline.config import Settings, load_settings
 from pipeline.errors import PipelineError
 
 # A console tool prints its own summary; MLflow's per-file download bars would bury it.
@@ -36,30 +37,41 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
 )
 
-# Options shared by several commands (one definition each; None = the value from config).
+def _option(name: str) -> Any:
+    """A command option for field `name` of RunOptions: its type and help from the model, and
+    the setting it overrides named in the help (default from config)."""
+    field = RunOptions.model_fields[name]
+    text = f"{field.description} (default: {RunOptions.setting(name)} from config)"
+    return Annotated[field.annotation, typer.Option(help=text)]
+
+
 Profile = Annotated[
     str | None,
     typer.Option(help="Settings profile of deepsummit.toml (cpu, base, tiny). (default: cpu)"),
 ]
-DataDir = Annotated[
-    Path | None,
-    typer.Option(help="Folder of the data bundle. (default: paths.data_dir = ../shared/data)"),
-]
-Warehouse = Annotated[
-    Path | None,
-    typer.Option(help="DuckDB warehouse file. (default: paths.warehouse = var/warehouse.duckdb)"),
-]
-TrackingUri = Annotated[
-    str | None,
-    typer.Option(
-        help="MLflow tracking URI (server URL or sqlite:///…). "
-        "(default: mlflow.tracking_uri = http://127.0.0.1:5000, the server of `deepsummit up`)"
-    ),
-]
-FeaturesDir = Annotated[
-    Path | None,
-    typer.Option(help="Folder of features snapshots. (default: features.features_dir)"),
-]
+DataDir = _option("data_dir")
+Warehouse = _option("warehouse")
+Members = _option("members")
+Expeditions = _option("expeditions")
+Peaks = _option("peaks")
+HdbMembers = _option("hdb_members")
+HdbExpeditions = _option("hdb_expeditions")
+WeatherSource = _option("weather_source")
+ApiUrl = _option("api_url")
+Archive = _option("archive")
+FeaturesDir = _option("features_dir")
+TrainUntil = _option("train_until")
+ValidationUntil = _option("validation_until")
+TestUntil = _option("test_until")
+Snapshot = _option("snapshot")
+MaxTrainRows = _option("max_train_rows")
+MaxEpochs = _option("max_epochs")
+TrackingUri = _option("tracking_uri")
+
+
+def _options(given: dict[str, Any]) -> RunOptions:
+    """The RunOptions among a command's arguments (`locals()` of the command)."""
+    return RunOptions(**{k: v for k, v in given.items() if k in RunOptions.model_fields})
 
 
 def _fail(message: str) -> typer.Exit:
@@ -67,9 +79,9 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(1)
 
 
-def _settings(profile: str | None, overrides: dict[str, Any]) -> Settings:
+def _settings(profile: str | None, options: RunOptions) -> Settings:
     try:
-        return load_settings(profile, overrides)
+        return load_settings(profile, options.overrides())
     except ValidationError as error:
         first = error.errors()[0]
         raise _fail(f"setting {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
@@ -100,25 +112,21 @@ def _use_prefect(settings: Settings) -> None:
         os.environ.setdefault(key, value)
 
 
-def _run_stage(flow_name: str, settings: Settings, profile: str | None, **params: Any) -> None:
-    """Run one stage flow locally and print its report (or one error line and exit 1)."""
+def _stage(name: str, profile: str | None, options: RunOptions) -> None:
+    """Run one stage's flow locally and print its report (or one error line and exit 1)."""
+    settings = _settings(profile, options)
+    if name == "train":
+        _require_tracking(settings)
     _use_prefect(settings)
-    from flows import summit
+    from flows.summit import STAGE_FLOWS
 
     for handler in logging.getLogger().handlers:  # Prefect's console handler sits on the root
         handler.addFilter(_OneLine())
-    flow = getattr(summit, f"{flow_name}_flow")
     try:
-        report = flow(profile=profile, **params)
+        report = STAGE_FLOWS[name](profile=profile, options=options)
     except PipelineError as error:
         raise _fail(str(error)) from None
     typer.echo(report.render())
-
-
-def _stage(name: str, profile: str | None, options: dict[str, Any], **params: Any) -> None:
-    overrides = nested_overrides(options)
-    settings = _settings(profile, overrides)
-    _run_stage(name, settings, profile, overrides=overrides, **params)
 
 
 @app.command()
@@ -126,43 +134,14 @@ def ingest(
     profile: Profile = None,
     data_dir: DataDir = None,
     warehouse: Warehouse = None,
-    members: Annotated[
-        str | None,
-        typer.Option(help="Members file or URL (TidyTuesday layout). (default: sources.members)"),
-    ] = None,
-    expeditions: Annotated[
-        str | None,
-        typer.Option(help="Expeditions file or URL (with smtdate). (default: sources.expeditions)"),
-    ] = None,
-    peaks: Annotated[
-        str | None,
-        typer.Option(help="Peaks file or URL (with coordinates). (default: sources.peaks)"),
-    ] = None,
-    hdb_members: Annotated[
-        str | None,
-        typer.Option(
-            help="Native HDB members export (CSV or DBF), with climber names. (default: none)"
-        ),
-    ] = None,
-    hdb_expeditions: Annotated[
-        str | None,
-        typer.Option(help="Native HDB expeditions export (CSV or DBF). (default: none)"),
-    ] = None,
+    members: Members = None,
+    expeditions: Expeditions = None,
+    peaks: Peaks = None,
+    hdb_members: HdbMembers = None,
+    hdb_expeditions: HdbExpeditions = None,
 ) -> None:
     """Load the Himalayan Database records: raw tables, clean tables, quarantine, Data Docs."""
-    _stage(
-        "ingest",
-        profile,
-        {
-            "paths.data_dir": data_dir,
-            "paths.warehouse": warehouse,
-            "sources.members": members,
-            "sources.expeditions": expeditions,
-            "sources.peaks": peaks,
-            "sources.hdb_members": hdb_members,
-            "sources.hdb_expeditions": hdb_expeditions,
-        },
-    )
+    _stage("ingest", profile, _options(locals()))
 
 
 @app.command()
@@ -170,35 +149,12 @@ def weather(
     profile: Profile = None,
     data_dir: DataDir = None,
     warehouse: Warehouse = None,
-    source: Annotated[
-        str | None,
-        typer.Option(
-            help="archive (the bundled ERA5 file) or open-meteo (the live API). (default: archive)"
-        ),
-    ] = None,
-    api_url: Annotated[
-        str | None,
-        typer.Option(help="Open-Meteo historical archive endpoint. (default: weather.api_url)"),
-    ] = None,
-    archive: Annotated[
-        str | None,
-        typer.Option(
-            help="ERA5 daily archive (parquet), under the data dir. (default: weather.archive_path)"
-        ),
-    ] = None,
+    weather_source: WeatherSource = None,
+    api_url: ApiUrl = None,
+    archive: Archive = None,
 ) -> None:
     """Store the daily weather the attempts' 90-day windows need in weather_daily."""
-    _stage(
-        "weather",
-        profile,
-        {
-            "paths.data_dir": data_dir,
-            "paths.warehouse": warehouse,
-            "weather.source": source,
-            "weather.api_url": api_url,
-            "weather.archive_path": archive,
-        },
-    )
+    _stage("weather", profile, _options(locals()))
 
 
 @app.command()
@@ -206,68 +162,25 @@ def features(
     profile: Profile = None,
     warehouse: Warehouse = None,
     features_dir: FeaturesDir = None,
-    train_until: Annotated[
-        int | None, typer.Option(help="Last year of the training split.")
-    ] = None,
-    validation_until: Annotated[
-        int | None, typer.Option(help="Last year of the validation split.")
-    ] = None,
-    test_until: Annotated[int | None, typer.Option(help="Last year of the test split.")] = None,
+    train_until: TrainUntil = None,
+    validation_until: ValidationUntil = None,
+    test_until: TestUntil = None,
 ) -> None:
     """Build attempts, weather windows and the model inputs (a features snapshot)."""
-    _stage(
-        "features",
-        profile,
-        {
-            "paths.warehouse": warehouse,
-            "features.features_dir": features_dir,
-            "features.split.train_until": train_until,
-            "features.split.validation_until": validation_until,
-            "features.split.test_until": test_until,
-        },
-    )
+    _stage("features", profile, _options(locals()))
 
 
 @app.command()
 def train(
     profile: Profile = None,
-    snapshot: Annotated[
-        Path | None,
-        typer.Option(
-            help="Features snapshot folder to train on."
-            " (default: the newest in features.features_dir)"
-        ),
-    ] = None,
+    snapshot: Snapshot = None,
     features_dir: FeaturesDir = None,
     tracking_uri: TrackingUri = None,
-    max_train_rows: Annotated[
-        int | None, typer.Option(help="Train on at most this many rows. (default: all)")
-    ] = None,
-    max_epochs: Annotated[
-        int | None, typer.Option(help="Epoch limit. (default: train.max_epochs)")
-    ] = None,
+    max_train_rows: MaxTrainRows = None,
+    max_epochs: MaxEpochs = None,
 ) -> None:
     """Train the transformer and the baselines, log to MLflow, register, gate the champion."""
-    options = {
-        "features.features_dir": features_dir,
-        "mlflow.tracking_uri": tracking_uri,
-        "train.max_train_rows": max_train_rows,
-        "train.max_epochs": max_epochs,
-    }
-    overrides = nested_overrides(options)
-    settings = _settings(profile, overrides)
-    _require_tracking(settings)
-    chosen = snapshot or _newest_snapshot(settings.features.features_dir)
-    _run_stage("train", settings, profile, overrides=overrides, features_dir=str(chosen))
-
-
-def _newest_snapshot(features_dir: Path) -> Path:
-    from pipeline.features import newest_features_dir
-
-    try:
-        return newest_features_dir(features_dir)
-    except PipelineError as error:
-        raise _fail(str(error)) from None
+    _stage("train", profile, _options(locals()))
 
 
 def _require_tracking(settings: Settings) -> None:
@@ -285,7 +198,7 @@ def _require_tracking(settings: Settings) -> None:
 def up(profile: Profile = None) -> None:
     """Start the local Prefect server, MLflow server and worker (what runs already is kept),
     create the work pool and apply the deployments of prefect.yaml."""
-    settings = _settings(profile, {})
+    settings = _settings(profile, RunOptions())
     try:
         for line in services.up(settings):
             typer.echo(line)
@@ -297,14 +210,14 @@ def up(profile: Profile = None) -> None:
 @app.command()
 def down(profile: Profile = None) -> None:
     """Stop the processes `deepsummit up` started (by their recorded PIDs)."""
-    for line in services.down(_settings(profile, {})):
+    for line in services.down(_settings(profile, RunOptions())):
         typer.echo(line)
 
 
 @app.command()
 def status(profile: Profile = None) -> None:
     """Where the warehouse, the MLflow registry and the Prefect server are, and what runs."""
-    _print_status(_settings(profile, {}))
+    _print_status(_settings(profile, RunOptions()))
 
 
 def _print_status(settings: Settings) -> None:
@@ -353,12 +266,9 @@ def predict(
     tracking_uri: TrackingUri = None,
 ) -> None:
     """Score a planned attempt with the champion model (weather from the warehouse)."""
-    settings = _settings(
-        profile,
-        nested_overrides({"paths.warehouse": warehouse, "mlflow.tracking_uri": tracking_uri}),
-    )
+    settings = _settings(profile, _options(locals()))
     _require_tracking(settings)
-    from pipeline.serving import PlannedAttempt, predict_attempt
+    from pipeline.serve.predict import PlannedAttempt, predict_attempt
 
     planned = PlannedAttempt(
         peakid=peak, date=date.date(), age=age, sex=sex, nationality=nationality, role=role,
@@ -377,7 +287,8 @@ def main_job(
     param: Annotated[
         list[str] | None,
         typer.Option(
-            help="A parameter of the summit flow, KEY=VALUE (repeatable), e.g. max_train_rows=5000."
+            help="A parameter of the summit flow, KEY=VALUE with a JSON value (repeatable), "
+            """e.g. 'options={"max_train_rows": 5000}'."""
         ),
     ] = None,
     timeout_s: Annotated[
@@ -386,7 +297,7 @@ def main_job(
 ) -> None:
     """The main job: services up, `prefect deployment run summit/train --watch` on the bundle,
     then where to look (flow run, model version, Data Docs)."""
-    settings = _settings(profile, {})
+    settings = _settings(profile, RunOptions())
     try:
         for line in services.up(settings):
             typer.echo(line)

@@ -13,7 +13,7 @@ from typing import Any
 
 from prefect import flow
 
-from flows.summit import run_tags
+from flows.runner import run_tags
 from pipeline.config import load_settings
 
 
@@ -35,7 +35,7 @@ def trial(
         profile: settings profile of deepsummit.toml the search runs with.
         overrides: the search's settings overrides, nested as in deepsummit.toml.
     """
-    from pipeline.tuning import run_trial  # torch and MLflow load only when a trial runs
+    from pipeline.train.tuning import run_trial  # torch and MLflow load only when a trial runs
 
     settings = load_settings(profile, overrides or {})
     outcome = run_trial(

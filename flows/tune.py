@@ -23,7 +23,10 @@ from prefect.client.schemas.objects import FlowRun
 from prefect.deployments import arun_deployment, run_deployment
 from prefect.states import Cancelling
 
-from flows.summit import features, ingest, overrides_from, run_tags, start_chain, weather
+from flows.options import RunOptions
+from flows.resources import RESOURCES
+from flows.stages import FEATURES, INGEST, WEATHER
+from flows.summit import start_chain
 from pipeline.config import Settings, deep_merge
 from pipeline.errors import PipelineError
 
@@ -44,7 +47,7 @@ async def _search(
     settings: Settings, study: Any, parameters: dict[str, Any], parent_run_id: str
 ) -> dict[int, str]:
     """Run trials until the study holds `tune.n_trials`; trial number → its flow run id."""
-    from pipeline import tuning
+    from pipeline.train import tuning
 
     logger = get_run_logger()
     tune = settings.tune
@@ -97,7 +100,7 @@ def _register_best(
     settings: Settings, profile: str | None, overrides: dict[str, Any], params: dict[str, Any]
 ) -> FlowRun:
     """Train, register and gate the best configuration through the training deployment."""
-    from pipeline.tuning import hyperparameter_overrides
+    from pipeline.train.tuning import hyperparameter_overrides
 
     final = run_deployment(
         settings.tune.final_deployment,
@@ -121,15 +124,7 @@ def _register_best(
 @flow(name="summit", log_prints=True)
 def tune(
     profile: str | None = None,
-    n_trials: int | None = None,
-    concurrency: int | None = None,
-    study_name: str | None = None,
-    storage_url: str | None = None,
-    search_space: dict[str, list[int | float]] | None = None,
-    data_dir: str | None = None,
-    warehouse: str | None = None,
-    max_train_rows: int | None = None,
-    tracking_uri: str | None = None,
+    options: RunOptions | None = None,
     overrides: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Search the spec's hyperparameter space with Optuna, one flow run per trial; register the
@@ -137,52 +132,28 @@ def tune(
 
     Args:
         profile: settings profile the trials start from (cpu, base, tiny); blank = the default.
-        n_trials: trials the study should hold when done (a rerun only runs the rest);
-            blank = tune.n_trials.
-        concurrency: trials in flight at once (= workers of the pool); blank = tune.concurrency.
-        study_name: Optuna study; blank = tune.study_name.
-        storage_url: study database (sqlite:///… or postgresql://…); blank = tune.storage_url.
-        search_space: replaced choices, e.g. {"hidden_size": [16, 32]};
-            learning_rate takes [low, high].
-        data_dir: folder of the data bundle; blank = paths.data_dir.
-        warehouse: DuckDB warehouse file; blank = paths.warehouse.
-        max_train_rows: train every trial on at most this many rows; blank = all.
-        tracking_uri: MLflow tracking URI; blank = mlflow.tracking_uri.
+        options: per-run options; for the search n_trials (trials the study should hold when
+            done; a rerun only runs the rest), concurrency (trials in flight at once = workers of
+            the pool), study_name, storage_url, search_space; blank = from config.
         overrides: any other settings, nested as in deepsummit.toml.
     """
-    from pipeline import tuning
+    from pipeline.train import tuning
 
-    chosen = {
-        "n_trials": n_trials,
-        "concurrency": concurrency,
-        "study_name": study_name,
-        "storage_url": storage_url,
-        "search_space": search_space,
-    }
-    extra = deep_merge(
-        overrides or {}, {"tune": {k: v for k, v in chosen.items() if v is not None}}
-    )
-    merged = overrides_from(
-        data_dir=data_dir,
-        warehouse=warehouse,
-        max_train_rows=max_train_rows,
-        tracking_uri=tracking_uri,
-        extra=extra,
-    )
-    chain = start_chain(profile, merged)
+    merged = (options or RunOptions()).overrides(overrides)
+    chain = start_chain(profile, None, merged)
     settings = chain.settings
-    ingest(chain)
-    weather(chain)
-    built = features(chain)
+    for stage in (INGEST, WEATHER, FEATURES):
+        chain.run_stage(stage)
+    snapshot = RESOURCES["features_snapshot"].location(settings)
 
     study = tuning.open_study(settings)
-    parent_run_id = tuning.open_parent_run(settings, study, run_tags(settings))
+    parent_run_id = tuning.open_parent_run(settings, study, dict(chain.run.tags))
     facts: dict[str, str] = {}
     try:
         trial_parameters = {
             "profile": profile,
             "overrides": merged,
-            "features_dir": str(built.directory),
+            "features_dir": str(snapshot),
         }
         flow_runs = asyncio.run(_search(settings, study, trial_parameters, parent_run_id))
         best = tuning.best_trial(study)

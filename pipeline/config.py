@@ -16,7 +16,7 @@ import os
 import tomllib
 from datetime import date
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -39,6 +39,14 @@ class Section(BaseModel):
     """A settings section: a misspelt key is an error, never silently ignored."""
 
     model_config = ConfigDict(extra="forbid")
+
+    # Fields that change how a stage runs (where it caches, how long it waits), never what it
+    # produces: the stages' cache keys leave them out.
+    OPERATIONAL: ClassVar[frozenset[str]] = frozenset()
+
+    def result_settings(self) -> dict[str, Any]:
+        """The section as JSON, without its operational fields: what a cache key records."""
+        return self.model_dump(mode="json", exclude=set(self.OPERATIONAL))
 
 
 class PathsConfig(Section):
@@ -74,6 +82,10 @@ class RateLimits(Section):
 
 
 class WeatherConfig(Section):
+    OPERATIONAL = frozenset(
+        {"cache_path", "timeout_s", "retries", "backoff_factor", "backoff_max_s", "limits"}
+    )
+
     source: Literal["archive", "open-meteo"] = "archive"
     archive_path: str = "weather/era5_daily.parquet"
     api_url: str = "https://archive-api.open-meteo.com/v1/archive"
@@ -132,6 +144,9 @@ class ModelHyperparameters(Section):
 
 
 class TrainConfig(Section):
+    # The snapshot's content enters the cache key as the train stage's input, not as a path.
+    OPERATIONAL = frozenset({"checkpoint_dir", "snapshot"})
+
     learning_rate: float = 1e-4
     weight_decay: float = 0.05
     betas: tuple[float, float] = (0.9, 0.999)
@@ -145,10 +160,14 @@ class TrainConfig(Section):
     num_threads: int | None = None  # torch intra-op threads; None = torch's default
     max_train_rows: int | None = None  # a slice for quick runs and tests; None = all
     checkpoint_dir: Path = Path("var/checkpoints")
+    # The features snapshot folder to train on; None = the newest under features.features_dir.
+    snapshot: Path | None = None
 
     @model_validator(mode="after")
     def _absolute(self) -> TrainConfig:
         self.checkpoint_dir = resolve_path(self.checkpoint_dir)
+        if self.snapshot is not None:
+            self.snapshot = resolve_path(self.snapshot)
         return self
 
 

@@ -1,5 +1,5 @@
 -- weather_daily: one row per (peakid, date, source); `date` is the local (Nepal) calendar day.
--- The 15 variable columns follow pipeline.feature_spec.WEATHER_VARIABLES (a test pins the order).
+-- The 15 variable columns follow pipeline.features.spec.WEATHER_VARIABLES (a test pins the order).
 CREATE TABLE IF NOT EXISTS weather_daily (
     peakid VARCHAR NOT NULL,
     date DATE NOT NULL,

@@ -14,9 +14,9 @@ import duckdb
 import polars as pl
 
 from pipeline.config import Settings, load_settings
-from pipeline.feature_spec import WEATHER_VARIABLES
+from pipeline.features.spec import WEATHER_VARIABLES
 
-BUNDLE = Path("/work/shared/data")
+BUNDLE = load_settings().paths.data_dir  # the data bundle the settings point at
 
 CONTRACT_DDL = f"""
 CREATE TABLE peaks (

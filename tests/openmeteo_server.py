@@ -36,7 +36,9 @@ from openmeteo_sdk.Model import Model
 from openmeteo_sdk.Unit import Unit
 from openmeteo_sdk.Variable import Variable
 
-DATA_DIR = Path(__file__).resolve().parents[1] / "../shared/data"
+from pipeline.config import load_settings
+
+DATA_DIR = load_settings().paths.data_dir  # the data bundle the settings point at
 FIRST_DAY = date(1940, 1, 1)
 
 # name -> (variable, unit, altitude, aggregation), as Open-Meteo labels its daily variables.

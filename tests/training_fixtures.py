@@ -17,20 +17,21 @@ import pytest
 from mlflow import MlflowClient
 
 from pipeline.config import Settings, load_settings
-from pipeline.dataset import FeatureArrays
-from pipeline.feature_spec import (
+from pipeline.context import RunContext
+from pipeline.features.build import PREPROCESSING_FILE, SNAPSHOT_FILE
+from pipeline.features.dataset import FeatureArrays
+from pipeline.features.preprocessing import Preprocessor
+from pipeline.features.spec import (
     BINARY_FEATURES,
     CATEGORICAL_FEATURES,
     NUMERIC_FEATURES,
     WEATHER_TOKENS,
     WEATHER_VARIABLES,
 )
-from pipeline.features import PREPROCESSING_FILE, SNAPSHOT_FILE
-from pipeline.preprocessing import Preprocessor
-from pipeline.tabular import TABULAR_FEATURES
-from pipeline.train_stage import TrainReport, train_and_register
+from pipeline.features.tabular import TABULAR_FEATURES
+from pipeline.features.windows import window_days
+from pipeline.train.stage import TrainReport, train_and_register
 from pipeline.warehouse import frame_digest
-from pipeline.windows import window_days
 
 CARDINALITIES: tuple[int, ...] = (6, 5, 4, 5, 3, 4)
 
@@ -66,7 +67,7 @@ def synthetic_arrays(n: int, seed: int) -> FeatureArrays:
 
 
 def synthetic_features_dir(directory: Path, n: int = 1200, seed: int = 0) -> Path:
-    """A features folder in the layout `pipeline.features` writes (snapshot, preprocessing.json,
+    """A features folder in the layout the features stage writes (snapshot, preprocessing.json,
     one .npz per split), built from raw rows through the real `Preprocessor`. Years 2000–2011
     are train, 2012–2014 validation, 2015–2017 test; the label depends on age, nationality and
     the attempt day's temperature."""
@@ -212,7 +213,6 @@ def trained_registry_fixture(tmp_path_factory: pytest.TempPathFactory) -> Traine
     root = tmp_path_factory.mktemp("registry")
     features_dir = synthetic_features_dir(root / "features")
     settings = registry_settings(root)
-    report = train_and_register(
-        settings, features_dir, root / "run", {"prefect.flow_run_id": "flow-run-123"}
-    )
+    run = RunContext(root / "run", tags={"prefect.flow_run_id": "flow-run-123"})
+    report = train_and_register(settings, run, features_snapshot=features_dir)
     return TrainedRegistry(root, settings, features_dir, report)

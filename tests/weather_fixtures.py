@@ -13,7 +13,7 @@ import pytest
 from pipeline.config import Settings, load_settings
 from pipeline.warehouse import connect
 
-DATA_DIR = Path(__file__).resolve().parents[1] / "../shared/data"
+DATA_DIR = load_settings().paths.data_dir  # the data bundle the settings point at
 
 CLEAN_TABLES = """
 CREATE TABLE peaks (

@@ -17,9 +17,8 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-from pipeline.config import Settings
 from pipeline.errors import SourceUnreadable
-from pipeline.feature_spec import WEATHER_VARIABLES
+from pipeline.features.spec import WEATHER_VARIABLES
 from pipeline.weather.store import StoreResult, store_batch
 
 SOURCE = "archive"
@@ -65,11 +64,8 @@ def _with_request_ids(frame: pl.DataFrame, digest: str) -> pl.DataFrame:
     )
 
 
-def load_archive(
-    con: duckdb.DuckDBPyConnection, settings: Settings, peakids: set[str]
-) -> ArchiveOutcome:
-    """Store the archive's rows of `peakids` in weather_daily (validated, upserted)."""
-    path = Path(settings.data_location(settings.weather.archive_path))
+def load_archive(con: duckdb.DuckDBPyConnection, path: Path, peakids: set[str]) -> ArchiveOutcome:
+    """Store the archive file's rows of `peakids` in weather_daily (validated, upserted)."""
     frame, digest = read_archive(path)
     frame = frame.sort("peakid", "date")
     loaded = _with_request_ids(frame.filter(pl.col("peakid").is_in(sorted(peakids))), digest)

@@ -18,6 +18,7 @@ from pathlib import Path
 import duckdb
 
 from pipeline.config import Settings
+from pipeline.context import RunContext
 from pipeline.errors import QuotaExhausted
 from pipeline.warehouse import connect, query
 from pipeline.weather import archive, ledger, needs, openmeteo, store
@@ -69,7 +70,7 @@ def _report(
 
 def load_weather(
     settings: Settings,
-    run_dir: Path,
+    context: RunContext,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.time,
 ) -> WeatherReport:
@@ -77,13 +78,14 @@ def load_weather(
     "open-meteo"); `sleep`/`clock` drive the rate limiter and backoff (tests inject them)."""
     config = settings.weather
     with connect(settings.paths.warehouse) as con:
-        needs.require_clean_tables(con)
         store.ensure_tables(con)
         skipped = needs.skipped_peaks(con)
         needs.prepare_needed_days(con)
         outcome = openmeteo.FetchOutcome()
         if config.source == "archive":
-            loaded = archive.load_archive(con, settings, _fetchable_peaks(con))
+            loaded = archive.load_archive(
+                con, Path(settings.data_location(config.archive_path)), _fetchable_peaks(con)
+            )
             outcome.stored, outcome.quarantined = loaded.stored, loaded.quarantined
         else:
             spans = needs.missing_spans(con, config.source, config)
@@ -92,13 +94,13 @@ def load_weather(
             source = openmeteo.OpenMeteoSource(config, limiter, sleep=sleep)
             outcome = openmeteo.fetch_requests(con, source, plan_requests(spans, config))
         report = _report(con, settings, skipped, outcome)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / REPORT_FILE).write_text(report.render() + "\n")
+    context.run_dir.mkdir(parents=True, exist_ok=True)
+    (context.run_dir / REPORT_FILE).write_text(report.render() + "\n")
     if report.stopped:
         raise QuotaExhausted(
             f"weather: {report.stopped}; stored {report.stored:,} rows this run, "
             f"{report.missing_days:,} needed days still missing "
-            f"(report: {run_dir / REPORT_FILE}); run `deepsummit weather` again later, "
+            f"(report: {context.run_dir / REPORT_FILE}); run `deepsummit weather` again later, "
             "it fetches only what is missing"
         )
     return report

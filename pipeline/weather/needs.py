@@ -8,11 +8,8 @@ import duckdb
 import polars as pl
 
 from pipeline.config import WeatherConfig
-from pipeline.errors import PipelineError
-from pipeline.feature_spec import WINDOW_DAYS
-from pipeline.warehouse import query, run, table_exists
-
-CLEAN_TABLES = ("peaks", "expeditions", "members")
+from pipeline.features.spec import WINDOW_DAYS
+from pipeline.warehouse import query, run
 
 
 @dataclass(frozen=True)
@@ -20,15 +17,6 @@ class SkippedPeak:
     peakid: str
     reason: str
     attempt_dates: int
-
-
-def require_clean_tables(con: duckdb.DuckDBPyConnection) -> None:
-    missing = [table for table in CLEAN_TABLES if not table_exists(con, table)]
-    if missing:
-        raise PipelineError(
-            f"weather: the warehouse has no clean table {', '.join(missing)}; "
-            "run `deepsummit ingest` first"
-        )
 
 
 def skipped_peaks(con: duckdb.DuckDBPyConnection) -> tuple[SkippedPeak, ...]:

@@ -17,7 +17,7 @@ from typing import Any
 import polars as pl
 
 from pipeline.config import WeatherConfig
-from pipeline.feature_spec import WEATHER_VARIABLES
+from pipeline.features.spec import WEATHER_VARIABLES
 from pipeline.weather.cost import REFERENCE_DAYS, max_days_for, weighted_calls
 
 

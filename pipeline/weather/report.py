@@ -45,6 +45,17 @@ class WeatherReport:
             return False
         return self.source == "archive" or self.missing_days == 0
 
+    @property
+    def problem(self) -> str | None:
+        """Why this load is not the stage's result yet (a retry fetches only what is missing),
+        or None when it is complete."""
+        if self.complete:
+            return None
+        return (
+            f"{len(self.rejected)} responses rejected, {self.missing_days:,} needed days "
+            "missing; a retry fetches only what is missing"
+        )
+
     def render(self) -> str:
         lines = [
             f"weather source: {self.source}",

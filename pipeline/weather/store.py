@@ -9,7 +9,7 @@ import pandera.polars as pa
 import polars as pl
 from pandera.api.polars.types import PolarsData
 
-from pipeline.feature_spec import WEATHER_VARIABLES
+from pipeline.features.spec import WEATHER_VARIABLES
 from pipeline.warehouse import frame_digest, query, run
 
 SOURCES = ("archive", "open-meteo")

@@ -7,6 +7,7 @@ root), so the driver always matches the browser and nothing is downloaded at run
 from __future__ import annotations
 
 import io
+import json
 import shutil
 import tempfile
 import time
@@ -14,6 +15,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from PIL import Image
 from selenium import webdriver
@@ -112,6 +114,22 @@ class Browser:
                 last_reload = now
             time.sleep(POLL_SECONDS)
 
+    def received_json(self, url_part: str) -> list[Any]:
+        """The JSON bodies of the responses the page received from URLs containing `url_part`
+        since the last call (what the page drew from, e.g. a canvas), read through the
+        browser's own network log."""
+        bodies = []
+        for entry in self.driver.get_log("performance"):
+            message = json.loads(entry["message"])["message"]
+            if message["method"] != "Network.responseReceived":
+                continue
+            if url_part not in message["params"]["response"]["url"]:
+                continue
+            request = {"requestId": message["params"]["requestId"]}
+            body = self.driver.execute_cdp_cmd("Network.getResponseBody", request)
+            bodies.append(json.loads(body["body"]))
+        return bodies
+
     def links(self, href_part: str) -> list[str]:
         """Absolute hrefs of the page's links whose href contains `href_part`, in page order."""
         return self.driver.execute_script(
@@ -183,6 +201,8 @@ def launch_browser(shots_dir: Path, window: tuple[int, int] = WINDOW) -> Iterato
         "--window-size={},{}".format(*window),
     ):
         options.add_argument(flag)
+    # The network log, so a check can read what the page received (`received_json`).
+    options.set_capability("goog:loggingPrefs", {"performance": "ALL"})
     # Given a driver path Selenium never runs selenium-manager, which would try to download one.
     service = Service(executable_path=str(CHROMEDRIVER))
     driver = webdriver.Chrome(service=service, options=options)

@@ -31,6 +31,7 @@ from e2e.ui_checks import (
 )
 from mlflow import MlflowClient
 
+from flows.stages import task_edges
 from flows.summit import LINEAGE_ARTIFACT
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -91,13 +92,19 @@ def main() -> None:
     parser.add_argument("--alias", default="champion", help="model version alias to show")
     parser.add_argument("--artifact", default=LINEAGE_ARTIFACT, help="artifact of the run to show")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "screenshots")
+    # Wide enough that the artifact page's side panel leaves the lineage table whole.
+    parser.add_argument("--width", type=int, default=1680, help="viewport width in CSS pixels")
+    parser.add_argument("--height", type=int, default=900, help="viewport height in CSS pixels")
     args = parser.parse_args()
 
     flow_run_id = args.flow_run_id or latest_completed_run(args.prefect_url, args.flow)
     lineage = lineage_of(args.prefect_url, flow_run_id)
     version = MlflowClient(args.mlflow_url).get_model_version_by_alias(args.model, args.alias)
-    with tempfile.TemporaryDirectory() as scratch, launch_browser(Path(scratch)) as browser:
-        check_flow_run_stages(browser, args.prefect_url, flow_run_id, [], publish_to=args.out)
+    window = (args.width, args.height)
+    with tempfile.TemporaryDirectory() as scratch, launch_browser(Path(scratch), window) as browser:
+        check_flow_run_stages(
+            browser, args.prefect_url, flow_run_id, [], task_edges(), publish_to=args.out
+        )
         check_asset_events(browser, args.prefect_url, flow_run_id, lineage, publish_to=args.out)
         check_run_artifacts(
             browser, args.prefect_url, flow_run_id, {args.artifact: []}, publish_to=args.out

@@ -24,9 +24,10 @@ from e2e.ui_checks import check_mlflow_model, check_mlflow_run, check_prefect_fl
 from flows_fixtures import as_environment, isolated_paths, write_bundle_slice
 from mlflow import MlflowClient
 
-from flows import assets
+from flows import services
+from flows.resources import RESOURCES, source_asset
+from flows.stages import task_edges
 from flows.summit import LINEAGE_ARTIFACT, SUMMARY_ARTIFACT
-from pipeline import services
 from pipeline.config import PROJECT_ROOT, Settings, load_settings
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
@@ -202,7 +203,7 @@ def test_the_run_completes_with_a_champion_in_the_registry(stack: Stack, first_r
     assert stack.get(f"/flow_runs/{first_run}")["state_type"] == "COMPLETED"
     client = MlflowClient(tracking_uri=stack.settings.mlflow.tracking_uri)
     champion = client.get_model_version_by_alias("deepsummit", "champion")
-    assert champion.tags["champion_decision"]
+    assert champion.tags["champion_decision"] == "promoted"
     run = client.get_run(champion.run_id)
     assert run.data.tags["prefect.flow_run_id"] == first_run
 
@@ -212,18 +213,19 @@ def test_every_stage_emitted_its_asset_events_with_upstream_assets(
 ) -> None:
     settings = stack.settings
     upstream = stack.materialized(first_run)
-    members = assets.table_asset(settings, "members").key
-    weather = assets.weather_asset(settings).key
-    features = assets.features_table_asset(settings).key
+    members, weather, features, snapshot = (
+        RESOURCES[name].assets(settings)[0].key
+        for name in ("members", "weather_daily", "features", "features_snapshot")
+    )
     (model,) = [key for key in upstream if key.startswith("mlflow://")]
     assert model.startswith(
         f"mlflow://127.0.0.1:{settings.services.mlflow_port}/models/deepsummit/"
     )
-    members_file = assets.source_asset(settings.data_location(settings.sources.members)).key
+    members_file = source_asset(settings.data_location(settings.sources.members)).key
     assert members_file in upstream[members]
     assert members in upstream[weather]
     assert {members, weather} <= upstream[features]
-    assert features in upstream[model]
+    assert {snapshot, features} <= upstream[model]
 
 
 def test_lineage_and_summary_artifacts_belong_to_the_run(stack: Stack, first_run: str) -> None:
@@ -261,6 +263,7 @@ def test_lineage_and_model_are_readable_in_the_uis(
             first_run,
             expected_stages=STAGES,
             expected_assets=upstream,
+            expected_edges=task_edges(),
             expected_artifacts={LINEAGE_ARTIFACT: sorted(set(DIGEST.findall(lineage_markdown)))},
             expected_links={LINEAGE_ARTIFACT: [mlflow_url]},
         )

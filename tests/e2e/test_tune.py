@@ -34,8 +34,9 @@ from prefect.client.schemas.filters import (
 from prefect.client.schemas.objects import FlowRun
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
-from pipeline import services, tuning
+from flows import services
 from pipeline.config import PROJECT_ROOT, Settings, load_settings
+from pipeline.train import tuning
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
 
@@ -107,7 +108,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Settings, 
 
 def _run_tune(settings: Settings, overrides: dict[str, Any], n_trials: int) -> str:
     """`prefect deployment run summit/tune` with small parameters; the flow run id."""
-    params = {"profile": "tiny", "n_trials": n_trials, "concurrency": 2, "overrides": overrides}
+    options = {"n_trials": n_trials, "concurrency": 2}
+    params = {"profile": "tiny", "options": options, "overrides": overrides}
     out = _prefect(settings, "deployment", "run", "summit/tune", "--params", json.dumps(params))
     return re.search(r"UUID: ([0-9a-f-]{36})", out).group(1)
 

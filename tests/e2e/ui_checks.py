@@ -45,11 +45,14 @@ def check_flow_run_stages(
     base_url: str,
     flow_run_id: str,
     expected_stages: Sequence[str],
+    expected_edges: Collection[tuple[str, str]] = (),
     publish_to: Path | None = None,
 ) -> str:
-    """The run page says Completed and its Task Runs tab lists a run of every stage.
+    """The run page says Completed, its Task Runs tab lists a run of every stage, and the run
+    graph the page draws has an edge for each (upstream stage, downstream stage) expected.
 
-    A task run is named `<task name>-<3 hex>` (or exactly its task_run_name). Returns the text.
+    A task run is named `<task name>-<3 hex>` (or exactly its task_run_name). The graph is a
+    canvas, so its edges are read from the graph data the page itself received. Returns the text.
     """
     ui = prefect_ui(base_url)
 
@@ -62,11 +65,38 @@ def check_flow_run_stages(
     text = browser.wait_until(missing)
     browser.screenshot("prefect-task-runs")
     # The default tab keeps the graph at the top of the page: that is the view to show people.
+    browser.received_json("/graph-v2")  # forget what earlier pages received
     browser.open(f"{ui}/runs/flow-run/{flow_run_id}", expect=["Task Runs", "Completed"])
     browser.wait_until(lambda _: [] if _has_canvas(browser) else ["run graph canvas"])
     time.sleep(GRAPH_SETTLE_SECONDS)
     browser.screenshot("prefect-run-graph", publish_to=publish_to)
+    graphs = browser.received_json(f"/flow_runs/{flow_run_id}/graph-v2")
+    if not graphs:
+        raise PageCheckFailed(f"{ui}/runs/flow-run/{flow_run_id}: the page fetched no run graph")
+    drawn = _graph_edges(graphs[-1])
+    absent = [edge for edge in expected_edges if edge not in drawn]
+    if absent:
+        raise PageCheckFailed(
+            f"{ui}/runs/flow-run/{flow_run_id}: the run graph lacks the edges {absent}; "
+            f"it has {sorted(drawn)}"
+        )
     return text
+
+
+def _graph_edges(graph: dict) -> set[tuple[str, str]]:
+    """(upstream task, downstream task) of a graph-v2 document, by task name (the run's name
+    without its `-<3 hex>` suffix)."""
+    nodes = {node_id: node for node_id, node in graph["nodes"]}
+
+    def name(node_id: str) -> str:
+        return re.sub(r"-[0-9a-f]{3}$", "", nodes[node_id]["label"])
+
+    return {
+        (name(parent["id"]), name(node_id))
+        for node_id, node in nodes.items()
+        for parent in node.get("parents", [])
+        if parent["id"] in nodes
+    }
 
 
 def check_asset_events(
@@ -179,12 +209,15 @@ def check_prefect_flow_run(
     flow_run_id: str,
     expected_stages: Sequence[str],
     expected_assets: Mapping[str, Collection[str]],
+    expected_edges: Collection[tuple[str, str]] = (),
     expected_artifacts: Mapping[str, Sequence[str]] = {},
     expected_links: Mapping[str, Sequence[str]] = {},
     publish_to: Path | None = None,
 ) -> dict[str, dict]:
     """All the Prefect UI checks of one flow run; returns the asset events (key → event)."""
-    check_flow_run_stages(browser, base_url, flow_run_id, expected_stages, publish_to)
+    check_flow_run_stages(
+        browser, base_url, flow_run_id, expected_stages, expected_edges, publish_to
+    )
     events = check_asset_events(
         browser, base_url, flow_run_id, expected_assets, publish_to=publish_to
     )

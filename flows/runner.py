@@ -1,0 +1,311 @@
+"""A stage declaration (`flows/stages.py`) turned into a Prefect task run: its cache key, its
+assets and their upstreams, its edges in the run graph, and its row in the lineage table.
+
+Cache key: the stage's name and its cache inputs (Prefect's INPUTS policy) plus the runner's own
+source (TASK_SOURCE). The cache inputs are everything that determines the stage's output: the
+content (or a proxy that changes with it) of each resource it reads, the settings it declares
+(without their operational fields), where its outputs go, and the code of the stage's module
+with every `pipeline/` and `model/` module it imports, transitively, and the SQL files. A changed
+input changes the key, so it is never served from the cache; a stage whose output is gone is
+recomputed even when its key is cached.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from prefect import Task, get_run_logger, task
+from prefect.assets import add_asset_metadata, materialize
+from prefect.cache_policies import INPUTS, TASK_SOURCE
+from prefect.runtime import deployment, flow_run
+from prefect.states import State
+from prefect.tasks import exponential_backoff
+
+from flows.artifacts import LineageRow
+from flows.resources import RESOURCES
+from flows.stages import STAGES, Stage, producer
+from pipeline.config import PROJECT_ROOT, SQL_DIR, Section, Settings, load_settings
+from pipeline.context import RunContext
+from pipeline.errors import PipelineError
+
+# The Settings object and the run context differ from run to run without changing the result.
+STAGE_CACHE = INPUTS - "settings" - "run" + TASK_SOURCE
+PROJECT_PACKAGES = ("pipeline", "model")
+
+
+class IncompleteStage(PipelineError):
+    """A stage's report says a rerun could still add to it (e.g. rejected weather responses):
+    the task fails, and is retried, rather than caching a partial result as the stage's own."""
+
+
+@dataclass(frozen=True)
+class StageResult:
+    """A stage's report and the facts of each asset it produced (asset key → rows, digest, …):
+    kept with the cached result, so a reused stage still fills the lineage table."""
+
+    report: Any
+    assets: dict[str, dict[str, Any]]
+
+
+# ---------------------------------------------------------------- cache inputs
+
+
+def _module_file(name: str) -> Path | None:
+    """The source file of a project module (`pipeline.weather` → pipeline/weather/__init__.py)."""
+    if name.split(".")[0] not in PROJECT_PACKAGES:
+        return None
+    base = PROJECT_ROOT.joinpath(*name.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.exists():
+            return candidate
+    return None
+
+
+def _imports(path: Path) -> set[str]:
+    """Project modules `path` imports (at any depth of its code, e.g. inside functions)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return found
+
+
+@cache
+def code_digest(module: str) -> str:
+    """sha256 over the project code `module` imports, transitively, and the SQL files: a change
+    to a stage's code recomputes that stage (and not the others)."""
+    seen: set[Path] = set()
+    queue = [module]
+    while queue:
+        name = queue.pop()
+        path = _module_file(name)
+        if path is None or path in seen:
+            continue
+        seen.add(path)
+        queue.extend(_imports(path))
+        parts = name.split(".")  # importing a.b.c runs a/__init__ and a/b/__init__ too
+        queue.extend(".".join(parts[:n]) for n in range(1, len(parts)))
+    digest = hashlib.sha256()
+    for path in sorted(seen) + sorted(SQL_DIR.glob("*.sql")):
+        digest.update(str(path.relative_to(PROJECT_ROOT)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def setting_value(settings: Settings, dotted: str) -> Any:
+    """A declared setting as JSON (a section without its operational fields)."""
+    value: Any = settings
+    for part in dotted.split("."):
+        value = getattr(value, part)
+    return value.result_settings() if isinstance(value, Section) else value
+
+
+def cache_inputs(stage: Stage, settings: Settings) -> dict[str, Any]:
+    """Everything that determines what `stage` produces (see the module docstring)."""
+    return {
+        "code": code_digest(stage.module),
+        "reads": {name: RESOURCES[name].cache_input(settings) for name in stage.reads},
+        "settings": {path: setting_value(settings, path) for path in stage.settings},
+        "writes": [
+            asset.key
+            for name in stage.writes
+            if not RESOURCES[name].late
+            for asset in RESOURCES[name].assets(settings)
+        ],
+    }
+
+
+# ---------------------------------------------------------------- the tasks
+
+
+def result_storage(settings: Settings) -> Path:
+    """Where task results (and so the cache) persist, shared by the CLI and the worker.
+    (A path, not an unsaved LocalFileSystem block: Prefect wants blocks saved server-side.)"""
+    return settings.paths.var_dir / "prefect-results"
+
+
+def _retry_options(stage: Stage) -> dict[str, Any]:
+    retry = stage.retry
+    if retry is None:
+        return {}
+
+    def worth_retrying(failed: Task, task_run: Any, state: State) -> bool:
+        try:
+            state.result()
+        except retry.never:
+            return False
+        except Exception:
+            return True
+        return False
+
+    return {
+        "retries": retry.retries,
+        "retry_delay_seconds": exponential_backoff(backoff_factor=retry.backoff_s),
+        "retry_jitter_factor": 0.2,
+        "retry_condition_fn": worth_retrying,
+    }
+
+
+def run_stage_function(
+    stage_name: str, cache_inputs: dict[str, Any], settings: Settings, run: RunContext
+) -> StageResult:
+    """The body of every stage task: call the stage's function, record its assets' facts."""
+    stage = STAGES[stage_name]
+    locations = {
+        name: location
+        for name in stage.reads
+        if (location := RESOURCES[name].location(settings)) is not None
+    }
+    report = stage.load()(settings, run, **locations)
+    problem = getattr(report, "problem", None)
+    if problem:
+        raise IncompleteStage(f"{stage_name}: {problem}")
+    facts: dict[str, dict[str, Any]] = {}
+    for name in stage.writes:
+        resource = RESOURCES[name]
+        if resource.late:
+            continue
+        resource_facts = resource.facts(settings, report)
+        for asset in resource.assets(settings):
+            facts[asset.key] = resource_facts
+            add_asset_metadata(asset.key, resource_facts)
+    return StageResult(report, facts)
+
+
+def publish_late_resource(
+    resource_name: str, cache_inputs: dict[str, Any], facts: dict[str, Any], key: str
+) -> StageResult:
+    """Materialise what a stage created under a name it learnt only at the end (a model
+    version): the asset event carries the stage's facts."""
+    add_asset_metadata(key, facts)
+    return StageResult(facts.get("version"), {key: facts})
+
+
+def _task(
+    settings: Settings, name: str, refresh: bool, produces: list, depends_on: list, **options: Any
+) -> Any:
+    """A cached task decorator; materialising `produces` (its upstream: `depends_on`) when the
+    stage writes assets known before it runs."""
+    options |= {
+        "name": name,
+        "asset_deps": depends_on,
+        "cache_policy": STAGE_CACHE,
+        "persist_result": True,
+        "result_storage": result_storage(settings),
+        "refresh_cache": refresh,
+    }
+    return materialize(*produces, **options) if produces else task(**options)
+
+
+# ---------------------------------------------------------------- a chain of stages
+
+
+def run_tags(settings: Settings) -> dict[str, str]:
+    """MLflow tags tying a training run to its Prefect flow run (not in any cache key)."""
+    return {
+        "prefect.flow_run_id": str(flow_run.get_id() or ""),
+        "prefect.flow_run_name": str(flow_run.get_name() or ""),
+        "prefect.deployment": str(deployment.get_name() or ""),
+        "profile": settings.profile,
+        "weather_source": settings.weather.source,
+    }
+
+
+@dataclass
+class Chain:
+    """One flow run's stages: the settings, the run context, what each stage produced this run
+    (the states its readers wait for), the reports, and one lineage row per asset."""
+
+    settings: Settings
+    run: RunContext
+    produced: dict[str, State] = field(default_factory=dict)
+    reports: dict[str, Any] = field(default_factory=dict)
+    lineage: list[LineageRow] = field(default_factory=list)
+
+    @classmethod
+    def start(cls, profile: str | None, overrides: dict[str, Any]) -> Chain:
+        settings = load_settings(profile, overrides)
+        run_dir = settings.paths.runs_dir / str(flow_run.get_id() or "local")
+        run_dir.mkdir(parents=True, exist_ok=True)
+        return cls(settings, RunContext(run_dir=run_dir, tags=run_tags(settings)))
+
+    def _require_inputs(self, stage: Stage) -> None:
+        for name in stage.reads:
+            if name in self.produced or RESOURCES[name].present(self.settings):
+                continue
+            writer = producer(name)
+            hint = f"; run `deepsummit {writer.name}` first" if writer else ""
+            raise PipelineError(f"{stage.name}: its input {name} does not exist yet{hint}")
+
+    def run_stage(self, stage: Stage) -> Any:
+        """Run `stage` as a cached, materialising task after the stages it reads from."""
+        self._require_inputs(stage)
+        settings = self.settings
+        inputs = cache_inputs(stage, settings)
+        read_assets = [a for name in stage.reads for a in RESOURCES[name].assets(settings)]
+        writes = [RESOURCES[name] for name in stage.writes]
+        produces = [a for r in writes if not r.late for a in r.assets(settings)]
+        refresh = not all(r.present(settings) for r in writes if not r.late)
+        upstream = list({id(s): s for n in stage.reads if (s := self.produced.get(n))}.values())
+        stage_task = _task(
+            settings, stage.name, refresh, produces, read_assets, **_retry_options(stage)
+        )(run_stage_function)
+        state = stage_task(
+            stage_name=stage.name,
+            cache_inputs=inputs,
+            settings=settings,
+            run=self.run,
+            wait_for=upstream,
+            return_state=True,
+        )
+        result: StageResult = state.result()
+        get_run_logger().info("%s: %s", stage.name, state.name)
+        self.reports[stage.name] = result.report
+        for key, facts in result.assets.items():
+            self.lineage.append(
+                LineageRow(stage.name, key, facts.get("rows"), facts.get("digest", ""), state.name)
+            )
+        for name in stage.writes:
+            self.produced[name] = state
+        for resource in (r for r in writes if r.late):
+            self.produced[resource.name] = self._publish(stage, resource, inputs, state, result)
+        return result.report
+
+    def _publish(
+        self, stage: Stage, resource: Any, inputs: dict[str, Any], after: State, result: Any
+    ) -> State:
+        """The second task of a stage with a late output (see `publish_late_resource`)."""
+        settings, report = self.settings, result.report
+        (asset,) = resource.assets(settings, report)
+        facts = resource.facts(settings, report)
+        read_assets = [a for name in stage.reads for a in RESOURCES[name].assets(settings)]
+        state = _task(settings, resource.name, False, [asset], read_assets)(
+            publish_late_resource
+        )(
+            resource_name=resource.name,
+            cache_inputs=inputs,
+            facts=facts,
+            key=asset.key,
+            wait_for=[after],
+            return_state=True,
+        )
+        state.result()
+        self.lineage.append(
+            LineageRow(
+                stage.name,
+                asset.key,
+                facts.get("rows"),
+                facts.get("digest", ""),
+                after.name,
+                resource.links(report),
+            )
+        )
+        return state

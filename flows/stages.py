@@ -1,0 +1,130 @@
+"""The pipeline, declared once: each stage's function, what it reads and writes, and the settings
+that change what it produces.
+
+Everything else is derived from these declarations (`flows/runner.py`): the flow bodies, the
+asset keys and their upstreams, the cache keys, when a cached result must be recomputed (an
+output is gone), the task edges Prefect draws in the run graph, and the one-line error when a
+stage is run before the stage that writes its input. Adding a stage is one entry here plus its
+function in `pipeline/`.
+
+Functions are named as "module:function" and imported when the stage runs, so that loading a
+flow (the worker, `prefect deploy`) does not import torch, MLflow and Great Expectations. A
+stage function is called as `function(settings, run_context, **locations)`, where `locations`
+holds the path of each read resource that has one (the train stage gets `features_snapshot`).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from flows.resources import RESOURCES
+from pipeline.errors import PipelineError, QuotaExhausted
+
+
+@dataclass(frozen=True)
+class Retry:
+    """Retries of a failed stage task, with exponential backoff; never for errors in `never`."""
+
+    retries: int
+    backoff_s: float  # the first delay; each next one doubles
+    never: tuple[type[BaseException], ...] = ()
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    function: str  # "module:function" in pipeline/
+    reads: tuple[str, ...]  # resource names (flows/resources.py)
+    writes: tuple[str, ...]
+    settings: tuple[str, ...]  # dotted settings paths, e.g. "features" or "weather.source"
+    description: str
+    retry: Retry | None = field(default=None)
+
+    @property
+    def module(self) -> str:
+        return self.function.split(":")[0]
+
+    def load(self) -> Callable[..., Any]:
+        module, name = self.function.split(":")
+        return getattr(importlib.import_module(module), name)
+
+
+INGEST = Stage(
+    "ingest",
+    "pipeline.records.ingest:ingest_records",
+    reads=("record_sources",),
+    writes=("members", "expeditions", "peaks", "quarantine"),
+    settings=("sources",),
+    description="Load the Himalayan Database records into the warehouse (clean tables + "
+    "quarantine).",
+)
+WEATHER = Stage(
+    "weather",
+    "pipeline.weather:load_weather",
+    reads=("members", "expeditions", "peaks", "weather_source"),
+    writes=("weather_daily",),
+    settings=("weather",),
+    description="Load daily weather for the attempts' 90-day windows into weather_daily.",
+    # 10, 20, 40 s between tries: outlasts a short API outage. A spent daily quota is not
+    # retried: the next run (tomorrow) fetches only what is missing.
+    retry=Retry(retries=3, backoff_s=10.0, never=(QuotaExhausted,)),
+)
+FEATURES = Stage(
+    "features",
+    "pipeline.features.build:build_features",
+    reads=("members", "expeditions", "peaks", "weather_daily"),
+    writes=("features", "features_snapshot"),
+    settings=("features", "weather.source"),
+    description="Build attempts, weather windows and the model inputs (a features snapshot).",
+)
+TRAIN = Stage(
+    "train",
+    "pipeline.train.stage:train_and_register",
+    reads=("features_snapshot",),
+    writes=("model_version",),
+    settings=("model", "train", "mlflow"),
+    description="Train on a features snapshot, compare with the baselines, log to MLflow, "
+    "register behind the champion gate.",
+)
+
+# The chain of `summit/train`, in order: every stage reads only what an earlier one writes or
+# what comes from outside (the sources).
+CHAIN: tuple[Stage, ...] = (INGEST, WEATHER, FEATURES, TRAIN)
+STAGES: dict[str, Stage] = {stage.name: stage for stage in CHAIN}
+EXTERNAL: frozenset[str] = frozenset({"record_sources", "weather_source"})
+
+
+def producer(resource: str) -> Stage | None:
+    """The stage that writes `resource` (None for an input from outside)."""
+    return next((stage for stage in CHAIN if resource in stage.writes), None)
+
+
+def task_edges(chain: tuple[Stage, ...] = CHAIN) -> set[tuple[str, str]]:
+    """(upstream task, downstream task) pairs the run graph draws: each stage after the stages
+    that write what it reads, and a late output's task after its stage."""
+    edges = set()
+    for stage in chain:
+        edges |= {(writer.name, stage.name) for r in stage.reads if (writer := producer(r))}
+        edges |= {(stage.name, r) for r in stage.writes if RESOURCES[r].late}
+    return edges
+
+
+def check_chain(chain: tuple[Stage, ...] = CHAIN) -> None:
+    """Every name is a known resource and every read is written by an earlier stage."""
+    written: set[str] = set(EXTERNAL)
+    for stage in chain:
+        unknown = [name for name in (*stage.reads, *stage.writes) if name not in RESOURCES]
+        if unknown:
+            raise PipelineError(f"stage {stage.name}: unknown resource(s) {', '.join(unknown)}")
+        unmet = [name for name in stage.reads if name not in written]
+        if unmet:
+            raise PipelineError(
+                f"stage {stage.name} reads {', '.join(unmet)}, which no earlier stage writes"
+            )
+        written.update(stage.writes)
+
+
+check_chain()

@@ -1,0 +1,22 @@
+"""What a stage function is told about the run it is part of (plain data, no Prefect)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# progress(done, total, message): how far a long stage has come, in its own units (epochs,
+# weighted API calls). The flows turn it into a Prefect progress artifact; by default nothing.
+Progress = Callable[[float, float, str], None]
+
+
+def no_progress(done: float, total: float, message: str) -> None:
+    """The default: a stage run from a test or a script reports its progress to nobody."""
+
+
+@dataclass(frozen=True)
+class RunContext:
+    run_dir: Path  # this run's folder (reports, Data Docs, plots), under paths.runs_dir
+    tags: Mapping[str, str] = field(default_factory=dict)  # provenance for MLflow: flow run id…
+    progress: Progress = no_progress

@@ -1,0 +1,105 @@
+"""Model-ready arrays for one split, and the torch Dataset over them.
+
+The field list is the model's forward signature (docs/architecture.md, "Model inputs"); the
+features stage writes one `FeatureArrays` per split, training and serving read them back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from pipeline.features.spec import (
+    BINARY_FEATURES,
+    CATEGORICAL_FEATURES,
+    NUMERIC_FEATURES,
+    WEATHER_TOKENS,
+    WEATHER_VARIABLES,
+)
+
+
+@dataclass(frozen=True)
+class FeatureArrays:
+    """N attempts, in the layout the transformer consumes."""
+
+    numeric: np.ndarray  # (N, 8) float32, z-scored; 0.0 where missing
+    numeric_missing: np.ndarray  # (N, 8) bool
+    categorical: np.ndarray  # (N, 6) int64, 0 = unknown
+    binary: np.ndarray  # (N, 6) int64, 0/1; 0 where missing
+    binary_missing: np.ndarray  # (N, 6) bool
+    weather: np.ndarray  # (N, 26, 15) float32, z-scored per variable; 0.0 where missing
+    weather_missing: np.ndarray  # (N, 26, 15) bool
+    days_before: np.ndarray  # (N, 26) float32
+    day_of_year: np.ndarray  # (N, 26) float32
+    label: np.ndarray  # (N,) float32, 1 = summited
+
+    def __post_init__(self) -> None:
+        n = len(self.label)
+        expected = {
+            "numeric": ((n, len(NUMERIC_FEATURES)), np.float32),
+            "numeric_missing": ((n, len(NUMERIC_FEATURES)), np.bool_),
+            "categorical": ((n, len(CATEGORICAL_FEATURES)), np.int64),
+            "binary": ((n, len(BINARY_FEATURES)), np.int64),
+            "binary_missing": ((n, len(BINARY_FEATURES)), np.bool_),
+            "weather": ((n, WEATHER_TOKENS, len(WEATHER_VARIABLES)), np.float32),
+            "weather_missing": ((n, WEATHER_TOKENS, len(WEATHER_VARIABLES)), np.bool_),
+            "days_before": ((n, WEATHER_TOKENS), np.float32),
+            "day_of_year": ((n, WEATHER_TOKENS), np.float32),
+            "label": ((n,), np.float32),
+        }
+        for name, (shape, dtype) in expected.items():
+            array = getattr(self, name)
+            if array.shape != shape or array.dtype != dtype:
+                raise ValueError(
+                    f"FeatureArrays.{name}: expected {shape} {np.dtype(dtype)}, "
+                    f"got {array.shape} {array.dtype}"
+                )
+
+    def __len__(self) -> int:
+        return len(self.label)
+
+    def subset(self, index: np.ndarray | slice) -> FeatureArrays:
+        return FeatureArrays(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
+
+    def model_inputs(self) -> dict[str, np.ndarray]:
+        """Every field but the label: the keyword arguments of the model's forward."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "label"}
+
+    def save(self, path: Path) -> None:
+        np.savez_compressed(path, **{f.name: getattr(self, f.name) for f in fields(self)})
+
+    @classmethod
+    def load(cls, path: Path) -> FeatureArrays:
+        with np.load(path, allow_pickle=False) as archive:
+            return cls(**{f.name: archive[f.name] for f in fields(cls)})
+
+
+def to_tensors(inputs: dict[str, np.ndarray], device: torch.device | str = "cpu") -> dict:
+    """NumPy model inputs as tensors on `device` (no copy on CPU)."""
+    return {name: torch.from_numpy(array).to(device) for name, array in inputs.items()}
+
+
+class AttemptDataset(Dataset):
+    """One attempt per item: (model inputs as tensors, label)."""
+
+    def __init__(self, arrays: FeatureArrays) -> None:
+        self.inputs = to_tensors(arrays.model_inputs())
+        self.labels = torch.from_numpy(arrays.label)
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, index: int) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        return {name: tensor[index] for name, tensor in self.inputs.items()}, self.labels[index]
+
+
+def make_loader(arrays: FeatureArrays, batch_size: int, shuffle: bool, seed: int = 0) -> DataLoader:
+    """A DataLoader whose shuffling order is fixed by `seed` (reproducible epochs)."""
+    generator = torch.Generator().manual_seed(seed)
+    return DataLoader(
+        AttemptDataset(arrays), batch_size=batch_size, shuffle=shuffle, generator=generator
+    )

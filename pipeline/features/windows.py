@@ -1,0 +1,121 @@
+"""Multi-scale weather windows: 26 tokens × 15 variables per (peak, date), built in SQL.
+
+The token layout comes from `feature_spec.WINDOW_SCALES` as a small `window_days` table
+(token → the days before the window date it averages); `sql/features_weather_windows.sql`
+computes every window at once from it. The same query serves the build (all attempt dates)
+and prediction (one planned date, `window_for`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import duckdb
+import numpy as np
+import polars as pl
+
+from pipeline.features.spec import (
+    CIRCULAR_WEATHER_VARIABLES,
+    WEATHER_TOKENS,
+    WEATHER_VARIABLES,
+    WINDOW_SCALES,
+)
+from pipeline.warehouse import sql
+
+WINDOW_KEY: tuple[str, str] = ("peakid", "date")
+
+
+def window_days() -> pl.DataFrame:
+    """One row per (token, day): the token's scale, the day's distance before the window date
+    and the token's middle day (the newer of the two central days for an even span).
+
+    Tokens run in the spec's order: the scales as listed, oldest bucket first within each."""
+    rows = []
+    token = 0
+    for scale in WINDOW_SCALES:
+        width = scale.days_per_token
+        for bucket in range(scale.tokens):
+            newest = (scale.tokens - 1 - bucket) * width
+            middle = newest + (width - 1) // 2
+            rows += [
+                {
+                    "token": token,
+                    "scale": scale.name,
+                    "days_before": newest + offset,
+                    "middle_days_before": middle,
+                }
+                for offset in range(width)
+            ]
+            token += 1
+    return pl.DataFrame(
+        rows,
+        schema={
+            "token": pl.Int32,
+            "scale": pl.String,
+            "days_before": pl.Int32,
+            "middle_days_before": pl.Int32,
+        },
+    )
+
+
+def _aggregate(variable: str) -> str:
+    column = f'w."{variable}"'
+    if variable in CIRCULAR_WEATHER_VARIABLES:
+        mean = f"degrees(atan2(avg(sin(radians({column}))), avg(cos(radians({column})))))"
+        # fmod keeps a tiny negative angle's + 360 from landing on 360 itself.
+        return f'fmod({mean} + 360.0, 360.0) AS "{variable}"'
+    return f'avg({column}) AS "{variable}"'
+
+
+def windows_sql() -> str:
+    """The windows query with its per-variable aggregates rendered from the feature spec."""
+    aggregates = ",\n        ".join(_aggregate(name) for name in WEATHER_VARIABLES)
+    return sql("features_weather_windows").replace("{{weather_aggregates}}", aggregates)
+
+
+def compute_windows(
+    con: duckdb.DuckDBPyConnection, targets: pl.DataFrame, weather_source: str
+) -> pl.DataFrame:
+    """Windows for every (peakid, date) of `targets`: 26 rows each, ordered by key and token,
+    with the 15 variables, `days_before`, `day_of_year` and the window's `missing_days`."""
+    con.register("window_targets", targets.select(WINDOW_KEY).unique())
+    con.register("window_days", window_days())
+    try:
+        return con.sql(windows_sql(), params={"source": weather_source}).pl()
+    finally:
+        con.unregister("window_targets")
+        con.unregister("window_days")
+
+
+def window_for(
+    con: duckdb.DuckDBPyConnection, peakid: str, date: dt.date, weather_source: str
+) -> pl.DataFrame:
+    """The window of one planned attempt (26 rows; missing days show in `missing_days`)."""
+    target = pl.DataFrame(
+        {"peakid": [peakid], "date": [date]}, schema={"peakid": pl.String, "date": pl.Date}
+    )
+    return compute_windows(con, target, weather_source)
+
+
+def window_tensors(
+    windows: pl.DataFrame,
+) -> tuple[pl.DataFrame, np.ndarray, np.ndarray, np.ndarray]:
+    """Windows frame → (keys (W rows: peakid, date), values (W, 26, 15) float64 with NaN for
+    NULL, days_before (W, 26), day_of_year (W, 26)), in key order."""
+    ordered = windows.sort([*WINDOW_KEY, "token"])
+    if ordered.height % WEATHER_TOKENS:
+        raise ValueError(
+            f"windows frame has {ordered.height} rows, not a multiple of {WEATHER_TOKENS}"
+        )
+    count = ordered.height // WEATHER_TOKENS
+    keys = ordered.select(WINDOW_KEY).gather_every(WEATHER_TOKENS)
+    values = (
+        ordered.select(WEATHER_VARIABLES)
+        .cast(pl.Float64)
+        .fill_null(float("nan"))
+        .to_numpy()
+        .reshape(count, WEATHER_TOKENS, len(WEATHER_VARIABLES))
+    )
+    days_before = ordered["days_before"].to_numpy().reshape(count, WEATHER_TOKENS)
+    day_of_year = ordered["day_of_year"].to_numpy().reshape(count, WEATHER_TOKENS)
+    return keys, values, days_before, day_of_year

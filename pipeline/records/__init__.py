@@ -1,0 +1,2 @@
+"""Records stage: Himalayan Database sources → raw tables → validation → clean tables and
+quarantine."""

@@ -1,0 +1,1 @@
+"""Serving: the registered pyfunc and scoring planned attempts with the champion."""

@@ -1,0 +1,134 @@
+"""The features stage on the whole bundle: split table, folder, time split, train-only fitting."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import polars as pl
+import pytest
+from features_tables import settings_for
+
+from pipeline.context import RunContext
+from pipeline.errors import PipelineError
+from pipeline.features.build import (
+    PREPROCESSING_FILE,
+    FeaturesReport,
+    build_features,
+    load_features,
+    newest_features_dir,
+)
+from pipeline.features.spec import OUTCOME_COLUMNS
+from pipeline.features.tabular import TABULAR_FEATURES
+from pipeline.features.validation import validate_features
+from pipeline.warehouse import frame_digest
+
+pytest_plugins = ["features_fixtures"]
+
+
+@pytest.fixture(scope="module")
+def built(bundle_warehouse: Path, tmp_path_factory: pytest.TempPathFactory):
+    tmp = tmp_path_factory.mktemp("built")
+    warehouse = tmp / "w.duckdb"
+    shutil.copy(bundle_warehouse, warehouse)
+    settings = settings_for(tmp, warehouse)
+    report = build_features(settings, RunContext(tmp / "run"))
+    with duckdb.connect(str(warehouse), read_only=True) as con:
+        features = con.table("features").pl()
+    return settings, report, features
+
+
+def test_bundle_build_reports_the_split_table(built) -> None:
+    _, report, _ = built
+    assert isinstance(report, FeaturesReport)
+    text = report.render()
+    print(text)
+    for word in ("train", "validation", "test", "window incomplete", report.digest[:12]):
+        assert word in text
+    # data/README.md: 44,463 member rows have weather on their smtdate; every window of them
+    # is complete, and members end in 2019 (inside the test years).
+    assert report.rows == sum(s.attempts for s in report.splits.values()) == 44_463
+    assert report.members == 76_519 == report.rows + sum(report.excluded.values())
+    assert all(s.attempts > 1000 for s in report.splits.values())
+    assert all(0.05 < s.label_rate < 0.95 for s in report.splits.values())
+
+
+def test_split_by_year_keeps_expeditions_whole_and_no_outcome_column(built) -> None:
+    settings, _, features = built
+    split = settings.features.split
+    years = features.group_by("split").agg(
+        pl.col("year").min().alias("first"), pl.col("year").max().alias("last")
+    )
+    bounds = {row[0]: (row[1], row[2]) for row in years.iter_rows()}
+    assert bounds["train"][1] <= split.train_until < bounds["validation"][0]
+    assert bounds["validation"][1] <= split.validation_until < bounds["test"][0]
+    assert bounds["test"][1] <= split.test_until
+    sides = features.group_by("expid", "year").agg(pl.col("split").n_unique())
+    assert sides["split"].max() == 1
+    assert not OUTCOME_COLUMNS & set(features.columns)
+    assert features.columns[-len(TABULAR_FEATURES) :] == list(TABULAR_FEATURES)
+    # overall summit rate near the README's 0.4076 for members with smtdate on the 8 peaks
+    assert 0.38 < features["label"].mean() < 0.44
+
+
+def test_folder_holds_the_snapshot_arrays_and_preprocessing(built) -> None:
+    _, report, features = built
+    assert report.directory.name == report.digest[:12]
+    snapshot = pl.read_parquet(report.directory / "features.parquet")
+    assert frame_digest(snapshot) == report.digest == frame_digest(features)
+    arrays, preprocessor = load_features(report.directory)
+    assert preprocessor.extra["digest"] == report.digest
+    assert preprocessor.weather_source == "archive"
+    for name, figures in report.splits.items():
+        assert len(arrays[name]) == figures.attempts
+        assert arrays[name].weather.shape == (figures.attempts, 26, 15)
+        assert float(arrays[name].label.mean()) == pytest.approx(figures.label_rate)
+    train = arrays["train"]
+    # z-scored with train statistics: train columns have mean ~0 where present
+    present = ~train.numeric_missing[:, 0]
+    assert abs(train.numeric[present, 0].mean()) < 1e-3
+    assert not np.isnan(train.weather).any()
+
+
+def test_statistics_and_vocabularies_ignore_the_test_split(
+    built, bundle_copy: Path, tmp_path: Path
+) -> None:
+    _, report, _ = built
+    with duckdb.connect(str(bundle_copy)) as con:
+        con.execute(
+            "UPDATE members SET age = age + 20, citizenship = 'Atlantis' "
+            "WHERE year >= 2016 AND peakid IN ('EVER', 'CHOY')"
+        )
+    changed = build_features(settings_for(tmp_path, bundle_copy), RunContext(tmp_path / "run"))
+    assert changed.digest != report.digest  # the test rows did change
+    _, original = load_features(report.directory)
+    _, refitted = load_features(changed.directory)
+    assert refitted.vocabularies == original.vocabularies
+    assert refitted.numeric == original.numeric
+    assert refitted.weather == original.weather
+
+
+def test_validation_stops_a_bad_features_table(built, tmp_path: Path) -> None:
+    _, _, features = built
+    with pytest.raises(PipelineError, match=r"schema.*heightm"):
+        validate_features(features.with_columns(heightm=pl.lit(9999.0)), tmp_path)
+    summits = features.with_columns(label=pl.col("label") | (pl.col("split") == "test"))
+    with pytest.raises(PipelineError, match="expect_column_mean_to_be_between"):
+        validate_features(summits, tmp_path)
+
+
+def test_the_newest_finished_snapshot_is_found(tmp_path: Path) -> None:
+    with pytest.raises(PipelineError, match="no features snapshot"):
+        newest_features_dir(tmp_path)
+    for age_s, name in ((300, "older"), (100, "newer"), (0, "half-written.partial"), (0, "empty")):
+        folder = tmp_path / name
+        folder.mkdir()
+        if name != "empty":
+            marker = folder / PREPROCESSING_FILE
+            marker.write_text("{}")
+            stamp = marker.stat().st_mtime - age_s
+            os.utime(folder, (stamp, stamp))
+    assert newest_features_dir(tmp_path) == tmp_path / "newer"

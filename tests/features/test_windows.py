@@ -1,0 +1,142 @@
+"""Weather windows: the SQL result equals a window computed by hand from the daily rows."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import random
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import polars as pl
+import pytest
+from features_tables import create_contract_tables, insert
+from polars.testing import assert_frame_equal
+
+from pipeline.features.spec import (
+    CIRCULAR_WEATHER_VARIABLES,
+    WEATHER_TOKENS,
+    WEATHER_VARIABLES,
+    WINDOW_DAYS,
+)
+from pipeline.features.windows import compute_windows, window_days, window_for, window_tensors
+
+pytest_plugins = ["features_fixtures"]
+
+DATE = dt.date(2001, 1, 20)  # the window crosses a year boundary: day_of_year wraps
+ABSENT_DAY = 40  # days before DATE without a weather row
+SNOWLESS_TOKEN_DAYS = (3, 4, 5)  # snowfall NULL on every day of the three-day token D-5..D-3
+
+
+def _daily_rows(source: str, seed: int) -> list[dict]:
+    rng = random.Random(seed)
+    rows = []
+    for before in range(WINDOW_DAYS + 5):
+        if before == ABSENT_DAY:
+            continue
+        row = {"peakid": "TEST", "date": DATE - dt.timedelta(days=before), "source": source}
+        for name in WEATHER_VARIABLES:
+            row[name] = rng.uniform(-20, 40)
+        # Directions around north: the arithmetic mean (~180) is wrong, the circular ~0/360.
+        row["wind_direction_10m_dominant"] = rng.choice([rng.uniform(340, 360), rng.uniform(0, 20)])
+        row["precipitation_hours"] = None  # NULL on every day
+        if before in SNOWLESS_TOKEN_DAYS:
+            row["snowfall_sum"] = None
+        if before % 7 == 0:
+            row["rain_sum"] = None  # NULL on some days only
+        rows.append(row)
+    return rows
+
+
+@pytest.fixture
+def weather_con(tmp_path: Path) -> duckdb.DuckDBPyConnection:
+    con = duckdb.connect(str(tmp_path / "w.duckdb"))
+    create_contract_tables(con)
+    insert(con, "weather_daily", _daily_rows("archive", seed=1))
+    insert(con, "weather_daily", _daily_rows("open-meteo", seed=2))  # must never leak in
+    yield con
+    con.close()
+
+
+def _by_hand(rows: list[dict], date: dt.date) -> tuple[np.ndarray, list[float], list[int]]:
+    """The 26×15 window of `date` from plain Python over the daily rows."""
+    by_day = {(date - row["date"]).days: row for row in rows}
+    spans = [(1, 7), (3, 10), (10, 9)]  # (days per token, tokens): the spec's scales
+    values, days_before, day_of_year = [], [], []
+    for width, tokens in spans:
+        for bucket in range(tokens):  # oldest first
+            newest = (tokens - 1 - bucket) * width
+            days = list(range(newest, newest + width))
+            days_before.append(sum(days) / width)
+            day_of_year.append(
+                (date - dt.timedelta(days=newest + (width - 1) // 2)).timetuple().tm_yday
+            )
+            token = []
+            for name in WEATHER_VARIABLES:
+                present = [
+                    by_day[d][name] for d in days if d in by_day and by_day[d][name] is not None
+                ]
+                if not present:
+                    token.append(math.nan)
+                elif name in CIRCULAR_WEATHER_VARIABLES:
+                    s = sum(math.sin(math.radians(v)) for v in present) / len(present)
+                    c = sum(math.cos(math.radians(v)) for v in present) / len(present)
+                    token.append(math.degrees(math.atan2(s, c)) % 360)
+                else:
+                    token.append(sum(present) / len(present))
+            values.append(token)
+    return np.array(values), days_before, day_of_year
+
+
+def test_window_days_follow_the_spec_layout() -> None:
+    days = window_days()
+    tokens = days.group_by("token", maintain_order=True).agg(
+        pl.col("scale").first(), pl.col("days_before").mean().alias("mean"), pl.len()
+    )
+    assert tokens.height == WEATHER_TOKENS == 26
+    assert tokens["scale"].value_counts(sort=True)["count"].to_list() == [10, 9, 7]
+    assert tokens["len"].to_list() == [1] * 7 + [3] * 10 + [10] * 9
+    # oldest → newest within each scale, each scale ending on the attempt date
+    assert tokens["mean"].to_list()[:7] == [6, 5, 4, 3, 2, 1, 0]
+    assert tokens["mean"][7] == 28 and tokens["mean"][16] == 1
+    assert tokens["mean"][17] == 84.5 and tokens["mean"][25] == 4.5
+    assert days.filter(pl.col("scale") == "ten_day")["days_before"].sort().to_list() == list(
+        range(90)
+    )
+
+
+def test_sql_window_equals_the_window_computed_by_hand(weather_con) -> None:
+    windows = compute_windows(
+        weather_con, pl.DataFrame({"peakid": ["TEST"], "date": [DATE]}), "archive"
+    )
+    assert windows.height == WEATHER_TOKENS
+    _, values, days_before, day_of_year = window_tensors(windows)
+
+    expected, expected_before, expected_doy = _by_hand(_daily_rows("archive", seed=1), DATE)
+    assert values.shape == (1, 26, 15)
+    np.testing.assert_allclose(values[0], expected, rtol=1e-9, atol=1e-9, equal_nan=True)
+    np.testing.assert_allclose(days_before[0], expected_before)
+    assert day_of_year[0].tolist() == expected_doy
+    assert windows["missing_days"].unique().to_list() == [1]  # the one absent day
+
+    direction = values[0, :, WEATHER_VARIABLES.index("wind_direction_10m_dominant")]
+    assert ((direction < 25) | (direction > 335)).all()  # circular, not arithmetic, means
+    assert np.isnan(values[0, :, WEATHER_VARIABLES.index("precipitation_hours")]).all()
+    snow = values[0, :, WEATHER_VARIABLES.index("snowfall_sum")]
+    assert np.isnan(snow[15])  # the three-day token D-5..D-3: NULL on all its days
+    assert not np.isnan(snow[4])  # the daily token D-2 has snow
+
+
+def test_missing_days_count_absent_rows_and_window_for_is_the_same_query(weather_con) -> None:
+    later = DATE + dt.timedelta(days=3)  # three days past the last weather row
+    both = compute_windows(
+        weather_con, pl.DataFrame({"peakid": ["TEST", "TEST"], "date": [DATE, later]}), "archive"
+    )
+    single = window_for(weather_con, "TEST", later, "archive")
+    assert_frame_equal(single, both.filter(pl.col("date") == later), rel_tol=1e-12)
+    assert single["missing_days"].unique().to_list() == [4]  # 3 future days + the absent one
+    nowhere = window_for(weather_con, "NOPE", DATE, "archive")
+    assert nowhere.height == WEATHER_TOKENS
+    assert nowhere["missing_days"].unique().to_list() == [WINDOW_DAYS]
+    assert set(nowhere.select(WEATHER_VARIABLES).null_count().row(0)) == {WEATHER_TOKENS}

@@ -1,0 +1,163 @@
+"""prefect.yaml and the files of deployments/: what cannot run here (no Docker engine, no
+Kubernetes) is parsed, validated with Prefect's own models and rendered with its templating."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from prefect.cli.deploy._models import PrefectYamlModel
+from prefect.utilities.templating import apply_values, find_placeholders
+
+from pipeline.config import PROJECT_ROOT, Settings
+
+DEPLOYMENTS = PROJECT_ROOT / "deployments"
+TEMPLATES = (
+    "process-job-template.json",
+    "docker-gpu-job-template.json",
+    "kubernetes-gpu-job-template.json",
+)
+
+
+@pytest.fixture(scope="module")
+def prefect_yaml() -> dict[str, Any]:
+    document = yaml.safe_load((PROJECT_ROOT / "prefect.yaml").read_text())
+    PrefectYamlModel.model_validate(document)  # the schema `prefect deploy` applies
+    return {d["name"]: d for d in document["deployments"]}
+
+
+def test_train_runs_the_summit_flow_nightly_one_at_a_time(prefect_yaml: dict) -> None:
+    train = prefect_yaml["train"]
+    path, _, name = train["entrypoint"].partition(":")
+    assert (PROJECT_ROOT / path).exists()
+    from flows import summit
+
+    assert getattr(summit, name).name == "summit"  # `prefect deployment run summit/train`
+    assert train["work_pool"]["name"] == Settings().services.work_pool
+    assert train["schedules"] == [
+        {"cron": "0 2 * * *", "timezone": "Asia/Kathmandu", "active": True}
+    ]
+    assert train["concurrency_limit"] == {"limit": 1, "collision_strategy": "ENQUEUE"}
+
+
+def test_gpu_variant_trains_the_base_profile_on_the_gpu_pool(prefect_yaml: dict) -> None:
+    gpu = prefect_yaml["train-gpu"]
+    assert gpu["entrypoint"] == prefect_yaml["train"]["entrypoint"]
+    assert gpu["work_pool"]["name"] == Settings().services.gpu_work_pool
+    assert gpu["parameters"]["profile"] == "base"
+    assert gpu["concurrency_limit"]["limit"] == 1
+    # One nightly training per machine: the GPU schedule exists but starts paused.
+    assert [s["cron"] for s in gpu["schedules"]] == ["0 2 * * *"]
+    assert gpu["schedules"][0]["active"] is False
+
+
+def _template(name: str) -> dict[str, Any]:
+    return json.loads((DEPLOYMENTS / name).read_text())
+
+
+@pytest.mark.parametrize("name", TEMPLATES)
+def test_job_configuration_only_references_defined_variables(name: str) -> None:
+    template = _template(name)
+    referenced = {p.name for p in find_placeholders(template["job_configuration"])}
+    defined = set(template["variables"]["properties"])
+    assert referenced, "a template without variables configures nothing"
+    assert referenced <= defined, f"undefined: {referenced - defined}"
+
+
+def _rendered(name: str) -> dict[str, Any]:
+    """The job configuration as a worker renders it with the variables' defaults."""
+    template = _template(name)
+    defaults = {
+        key: spec["default"]
+        for key, spec in template["variables"]["properties"].items()
+        if "default" in spec
+    }
+    return apply_values(template["job_configuration"], defaults)
+
+
+def test_docker_template_requests_gpus_through_the_nvidia_runtime() -> None:
+    (request,) = _rendered("docker-gpu-job-template.json")["container_create_kwargs"][
+        "device_requests"
+    ]
+    # docker-py's DeviceRequest: `docker run --gpus all` is count -1 with capability "gpu".
+    assert request == {"driver": "nvidia", "count": -1, "capabilities": [["gpu"]]}
+
+
+def test_kubernetes_template_puts_the_gpu_count_in_resource_limits() -> None:
+    manifest = _rendered("kubernetes-gpu-job-template.json")["job_manifest"]
+    pod = manifest["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert container["image"] == "deepsummit:gpu"
+    assert any(t["key"] == "nvidia.com/gpu" for t in pod["tolerations"])
+    raw = _template("kubernetes-gpu-job-template.json")["job_configuration"]["job_manifest"]
+    limits = raw["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+    assert limits["nvidia.com/gpu"] == "{{ gpu_count }}"  # a variable, not a fixed count
+
+
+def test_process_template_is_what_the_local_pool_is_created_with() -> None:
+    from flows.services import PROCESS_JOB_TEMPLATE
+
+    assert PROCESS_JOB_TEMPLATE.exists()
+    assert set(_template(PROCESS_JOB_TEMPLATE.name)["job_configuration"]) >= {"command", "env"}
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    return yaml.safe_load((DEPLOYMENTS / "docker-compose.yml").read_text())
+
+
+def test_compose_services_reference_each_other_correctly(compose: dict) -> None:
+    services = compose["services"]
+    for name, service in services.items():
+        for dependency in service.get("depends_on", {}):
+            assert dependency in services, f"{name} depends on unknown {dependency}"
+        for volume in service.get("volumes", []):
+            source = volume.split(":")[0]
+            assert source in compose["volumes"], f"{name}: undeclared volume {source}"
+        if build := service.get("build"):
+            assert (DEPLOYMENTS / build["context"] / build["dockerfile"]).exists()
+    # Every host named in a URL or DSN is a service of this file.
+    text = yaml.safe_dump(services)
+    hosts = set(re.findall(r"(?:https?://|@)([a-z][a-z0-9-]*):\d+", text)) - {"localhost"}
+    assert hosts and hosts <= set(services), hosts - set(services)
+
+
+def test_compose_runs_postgres_backed_servers_and_an_s3_artifact_store(compose: dict) -> None:
+    services = compose["services"]
+    prefect_db = services["prefect-server"]["environment"]["PREFECT_API_DATABASE_CONNECTION_URL"]
+    assert prefect_db.startswith("postgresql+asyncpg://")
+    mlflow = services["mlflow"]
+    assert "--backend-store-uri postgresql://" in mlflow["command"]
+    assert "--artifacts-destination s3://" in mlflow["command"]
+    assert mlflow["environment"]["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] == "false"
+    assert "MLFLOW_S3_ENDPOINT_URL" in mlflow["environment"]
+
+
+def test_compose_gpu_worker_reserves_nvidia_gpus_for_the_gpu_pool(compose: dict) -> None:
+    worker = compose["services"]["gpu-worker"]
+    (device,) = worker["deploy"]["resources"]["reservations"]["devices"]
+    assert device["driver"] == "nvidia" and device["capabilities"] == ["gpu"]
+    assert f"--pool {Settings().services.gpu_work_pool}" in worker["command"]
+    assert worker["environment"]["PREFECT_API_URL"] == "http://prefect-server:4200/api"
+
+
+def test_gpu_image_puts_the_project_where_the_gpu_deployment_pulls_it(prefect_yaml: dict) -> None:
+    dockerfile = (DEPLOYMENTS / "gpu.Dockerfile").read_text()
+    (step,) = prefect_yaml["train-gpu"]["pull"]
+    directory = step["prefect.deployments.steps.set_working_directory"]["directory"]
+    assert f"WORKDIR {directory}" in dockerfile
+    assert Path(directory).is_absolute()
+
+
+def test_up_applies_each_deployment_on_its_declared_pool() -> None:
+    from flows.services import deployments_by_pool
+
+    pools = deployments_by_pool()
+    settings = Settings()
+    assert pools["train"] == settings.services.work_pool
+    assert pools["train-gpu"] == settings.services.gpu_work_pool

@@ -1,0 +1,291 @@
+"""The flows under Prefect's test harness, on a two-peak slice with the tiny profile: the chain
+runs, every stage materialises its assets with metadata and lineage, each stage waits for the
+stages that write its inputs (the run graph's edges), the artifacts are there, an unchanged rerun
+reuses every stage and a changed input is recomputed; the weather stage retries rejected
+responses under Prefect and stops without a retry at the daily quota."""
+
+from __future__ import annotations
+
+import copy
+import gzip
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+from flows_fixtures import isolated_paths, write_bundle_slice
+from mlflow import MlflowClient
+from openmeteo_server import OpenMeteoServer
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import (
+    ArtifactFilter,
+    ArtifactFilterFlowRunId,
+    FlowRunFilter,
+    FlowRunFilterId,
+)
+from prefect.events.filters import EventFilter, EventNameFilter, EventRelatedFilter
+from prefect.states import Failed
+from prefect.testing.utilities import prefect_test_harness
+from weather_fixtures import load_mini_tables
+
+from flows.resources import RESOURCES, source_asset
+from flows.runner import _retry_options, cache_inputs
+from flows.stages import CHAIN, STAGES, WEATHER, Retry, task_edges
+from flows.summit import LINEAGE_ARTIFACT, STAGE_FLOWS, SUMMARY_ARTIFACT, stage_flow, summit
+from pipeline.config import Settings, load_settings
+from pipeline.errors import PipelineError, QuotaExhausted
+from pipeline.warehouse import connect
+
+STAGES_RUN = ("ingest", "weather", "features", "train", "model_version")
+
+
+# Module scope: torn down right after these tests (at the end of a whole session, the harness's
+# log/event drain can hang on state other test modules left behind).
+@pytest.fixture(scope="module")
+def harness() -> Iterator[None]:
+    with prefect_test_harness(server_startup_timeout=90):
+        yield
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Settings]:
+    root = tmp_path_factory.mktemp("flows")
+    overrides = isolated_paths(root)
+    overrides["paths"]["data_dir"] = str(write_bundle_slice(root / "data"))
+    overrides["mlflow"] = {"tracking_uri": f"sqlite:///{root / 'mlflow.db'}"}
+    return overrides, load_settings("tiny", overrides)
+
+
+@pytest.fixture(scope="module")
+def runs(harness: None, workspace) -> list[Any]:
+    """The final states of two summit runs with the same inputs."""
+    overrides, _ = workspace
+    return [summit(profile="tiny", overrides=overrides, return_state=True) for _ in range(2)]
+
+
+def _task_runs(flow_run_id: Any) -> dict[str, Any]:
+    """Task name → its task run in the flow run."""
+    with get_client(sync_client=True) as client:
+        task_runs = client.read_task_runs(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id]))
+        )
+    return {run.name.rsplit("-", 1)[0]: run for run in task_runs}
+
+
+def _task_states_by_name(flow_run_id: Any) -> dict[str, str]:
+    return {name: run.state.name for name, run in _task_runs(flow_run_id).items()}
+
+
+def key(settings: Settings, resource: str) -> str:
+    (asset,) = RESOURCES[resource].assets(settings)
+    return asset.key
+
+
+def _materialisations(flow_run_id: Any, expected: int) -> dict[str, Any]:
+    """Asset key → materialisation event of the run (the server persists events in batches)."""
+    event_filter = EventFilter(
+        event=EventNameFilter(name=["prefect.asset.materialization.succeeded"]),
+        related=EventRelatedFilter(id=[f"prefect.flow-run.{flow_run_id}"]),
+    )
+    for _ in range(30):
+        with get_client(sync_client=True) as client:
+            events = {e.resource.id: e for e in client.read_events(event_filter, 50).events}
+        if len(events) >= expected:
+            break
+        time.sleep(2)
+    return events
+
+
+def test_the_chain_completes_and_registers_a_champion(runs, workspace) -> None:
+    first, _ = runs
+    _, settings = workspace
+    assert first.is_completed(), first.message
+    summary = first.result()
+    client = MlflowClient(tracking_uri=settings.mlflow.tracking_uri)
+    champion = client.get_model_version_by_alias(settings.mlflow.registered_model, "champion")
+    assert str(champion.version) == summary["model_version"]
+    assert summary["champion"] is True
+    assert Path(summary["run_dir"], "summary.json").exists()
+    assert Path(summary["data_docs"]).exists()
+
+
+def test_every_stage_materialises_its_assets_with_lineage(runs, workspace) -> None:
+    first, _ = runs
+    _, settings = workspace
+    events = _materialisations(first.state_details.flow_run_id, expected=9)
+    members, weather = key(settings, "members"), key(settings, "weather_daily")
+    features, snapshot = key(settings, "features"), key(settings, "features_snapshot")
+    model = next(k for k in events if k.startswith("mlflow://"))
+    assert model.endswith(f"/models/deepsummit/{first.result()['model_version']}")
+    assert {members, weather, features, snapshot} <= set(events)
+
+    def upstream(asset_key: str) -> set[str]:
+        return {r.id for r in events[asset_key].related if r.role == "asset"}
+
+    members_file = source_asset(settings.data_location(settings.sources.members)).key
+    assert members_file in upstream(members)
+    assert {members, key(settings, "weather_source")} <= upstream(weather)
+    assert {members, weather} <= upstream(features)
+    assert {snapshot, features} <= upstream(model)  # the snapshot, and (through the features
+    # task it waits for) the table it was written from
+    # Metadata of each materialisation: rows and a content digest.
+    assert events[members].payload["rows"] > 2000
+    assert len(events[weather].payload["digest"]) == 64
+    assert events[model].payload["version"] == first.result()["model_version"]
+
+
+def test_each_stage_waits_for_the_stages_that_write_its_inputs(runs) -> None:
+    """The run graph's edges: a task run's `wait_for` inputs are its upstream task runs."""
+    first, _ = runs
+    task_runs = _task_runs(first.state_details.flow_run_id)
+    ids = {name: str(run.id) for name, run in task_runs.items()}
+
+    def parents(name: str) -> set[str]:
+        inputs = task_runs[name].task_inputs.get("wait_for", [])
+        return {name for name, id_ in ids.items() if id_ in {str(i.id) for i in inputs}}
+
+    assert parents("ingest") == set()
+    assert parents("weather") == {"ingest"}
+    assert parents("features") == {"ingest", "weather"}
+    assert parents("train") == {"features"}
+    assert parents("model_version") == {"train"}
+    assert {(p, n) for n in task_runs for p in parents(n)} == task_edges()  # as declared
+
+
+def test_lineage_and_summary_artifacts_are_published(runs, workspace) -> None:
+    first, _ = runs
+    _, settings = workspace
+    with get_client(sync_client=True) as client:
+        artifacts = client.read_artifacts(
+            artifact_filter=ArtifactFilter(
+                flow_run_id=ArtifactFilterFlowRunId(any_=[first.state_details.flow_run_id])
+            )
+        )
+    by_key = {a.key: a.data for a in artifacts}
+    lineage = by_key[LINEAGE_ARTIFACT]
+    for resource in ("members", "weather_daily", "features", "features_snapshot"):
+        assert f"`{key(settings, resource)}`" in lineage
+    assert f"/models/deepsummit/{first.result()['model_version']}" in lineage
+    summary = by_key[SUMMARY_ARTIFACT]
+    assert "champion" in summary and "logistic" in summary.lower()
+
+
+def test_an_unchanged_rerun_reuses_every_stage(runs) -> None:
+    first, second = runs
+    assert second.is_completed(), second.message
+    assert set(_task_states_by_name(first.state_details.flow_run_id).values()) == {"Completed"}
+    reused = _task_states_by_name(second.state_details.flow_run_id)
+    assert set(reused) == set(STAGES_RUN)
+    assert set(reused.values()) == {"Cached"}
+    assert second.result()["model_version"] == first.result()["model_version"]
+
+
+def test_a_changed_input_table_invalidates_the_stage_that_reads_it(runs, workspace) -> None:
+    """One weather value changes in the warehouse: the features stage, which declares
+    weather_daily among its reads, recomputes; run again unchanged, it is served cached."""
+    overrides, settings = workspace
+    with connect(settings.paths.warehouse) as con:
+        con.execute(
+            "UPDATE weather_daily SET temperature_2m_mean = temperature_2m_mean + 1 "
+            "WHERE date = (SELECT max(date) FROM weather_daily)"
+        )
+    features = STAGE_FLOWS["features"]
+    changed = features(profile="tiny", overrides=overrides, return_state=True)
+    again = features(profile="tiny", overrides=overrides, return_state=True)
+    assert _task_states_by_name(changed.state_details.flow_run_id) == {"features": "Completed"}
+    assert _task_states_by_name(again.state_details.flow_run_id) == {"features": "Cached"}
+
+
+def test_a_changed_source_is_not_served_from_the_cache(runs, workspace) -> None:
+    overrides, settings = workspace
+    members_file = Path(settings.data_location(settings.sources.members))
+    members = pl.read_csv(members_file, infer_schema_length=0)
+    members_file.write_bytes(gzip.compress(members.head(members.height - 10).write_csv().encode()))
+    state = STAGE_FLOWS["ingest"](profile="tiny", overrides=overrides, return_state=True)
+    assert state.is_completed()
+    assert _task_states_by_name(state.state_details.flow_run_id) == {"ingest": "Completed"}
+    assert state.result().rows["members"] <= members.height - 10
+
+
+def test_a_stage_that_runs_before_its_inputs_exist_says_which_to_run(
+    harness: None, tmp_path: Path
+) -> None:
+    overrides = isolated_paths(tmp_path)
+    with pytest.raises(PipelineError) as raised:
+        STAGE_FLOWS["features"](profile="tiny", overrides=overrides)
+    assert str(raised.value) == (
+        "features: its input members does not exist yet; run `deepsummit ingest` first"
+    )
+
+
+def test_weather_retries_never_retry_a_spent_quota() -> None:
+    options = _retry_options(WEATHER)
+    assert options["retries"] >= 2
+    delays = options["retry_delay_seconds"](options["retries"])
+    assert delays == sorted(delays) and delays[-1] > delays[0]  # exponential backoff
+    retry = options["retry_condition_fn"]
+    assert retry(None, None, Failed(data=OSError("connection refused"))) is True
+    assert retry(None, None, Failed(data=QuotaExhausted("daily limit"))) is False
+
+
+def test_cache_inputs_follow_each_stage_s_own_declared_inputs(workspace) -> None:
+    overrides, settings = workspace
+    epochs, split = copy.deepcopy(overrides), copy.deepcopy(overrides)
+    epochs["train"]["max_epochs"] = 7
+    split["features"]["split"] = {"train_until": 2005}
+    more_epochs, other_split = load_settings("tiny", epochs), load_settings("tiny", split)
+    by_stage = {stage.name: cache_inputs(stage, settings) for stage in CHAIN}
+    assert cache_inputs(STAGES["weather"], more_epochs) == by_stage["weather"]
+    assert cache_inputs(STAGES["features"], more_epochs) == by_stage["features"]
+    assert cache_inputs(STAGES["train"], more_epochs) != by_stage["train"]
+    assert cache_inputs(STAGES["features"], other_split) != by_stage["features"]
+    # An operational setting (where the cache lives) changes no stage's key.
+    cache_elsewhere = copy.deepcopy(overrides)
+    cache_elsewhere["weather"]["cache_path"] = str(Path(overrides["paths"]["var_dir"]) / "c2")
+    moved = load_settings("tiny", cache_elsewhere)
+    assert cache_inputs(STAGES["weather"], moved) == by_stage["weather"]
+
+
+def _open_meteo_workspace(root: Path, server: OpenMeteoServer) -> dict[str, Any]:
+    """Overrides for a weather run against `server` on a warehouse of the mini clean tables."""
+    overrides = isolated_paths(root)
+    overrides["weather"].update(
+        source="open-meteo", api_url=server.url, backoff_factor=0.01, backoff_max_s=0.05
+    )
+    with connect(Path(overrides["paths"]["warehouse"])) as con:
+        load_mini_tables(con)
+    return overrides
+
+
+def test_the_weather_stage_retries_rejected_responses_and_stops_at_the_quota(
+    harness: None, tmp_path: Path
+) -> None:
+    """Under Prefect: a response the stage rejects fails the task, whose retry fetches only the
+    missing days and completes; a spent daily quota fails it once, with no retry."""
+    quick = replace(WEATHER, retry=Retry(retries=2, backoff_s=0.1, never=(QuotaExhausted,)))
+    original = STAGES["weather"]
+    STAGES["weather"] = quick  # the task body looks its stage up by name
+    run_weather = stage_flow(quick)
+    try:
+        with OpenMeteoServer() as server:
+            server.inject("short")  # the first response lacks a day: rejected
+            overrides = _open_meteo_workspace(tmp_path / "retry", server)
+            state = run_weather(overrides=overrides, return_state=True)
+            assert state.is_completed(), state.message
+            (task_run,) = _task_runs(state.state_details.flow_run_id).values()
+            assert task_run.run_count == 2
+            assert state.result().complete
+
+            server.daily_limit = server.weighted_calls  # nothing more today
+            overrides = _open_meteo_workspace(tmp_path / "quota", server)
+            state = run_weather(overrides=overrides, return_state=True)
+            assert state.is_failed()
+            (task_run,) = _task_runs(state.state_details.flow_run_id).values()
+            assert task_run.run_count == 1
+            with pytest.raises(QuotaExhausted):
+                state.result()
+    finally:
+        STAGES["weather"] = original

@@ -1,0 +1,57 @@
+"""read_bytes: files and http(s) URLs, gzip by magic bytes, one clear error otherwise."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import pytest
+from ingest_fixtures import http_folder  # noqa: F401 (fixture)
+
+from pipeline.errors import SourceUnreadable
+from pipeline.records.io import read_bytes
+
+TEXT = b"peakid,pkname\nEVER,Everest\n"
+
+
+def test_plain_file_is_returned_as_is(tmp_path: Path) -> None:
+    path = tmp_path / "peaks.csv"
+    path.write_bytes(TEXT)
+    assert read_bytes(str(path)) == TEXT
+
+
+def test_gzip_is_found_by_magic_bytes_not_by_name(tmp_path: Path) -> None:
+    path = tmp_path / "peaks.csv"  # no .gz suffix
+    path.write_bytes(gzip.compress(TEXT))
+    assert read_bytes(str(path)) == TEXT
+
+
+def test_truncated_gzip_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "members.csv.gz"
+    path.write_bytes(gzip.compress(TEXT * 100)[:-20])
+    with pytest.raises(SourceUnreadable, match=r"members\.csv\.gz: truncated or corrupt gzip"):
+        read_bytes(str(path))
+
+
+def test_missing_file_names_the_file(tmp_path: Path) -> None:
+    with pytest.raises(SourceUnreadable, match=r"nope\.csv: no such file"):
+        read_bytes(str(tmp_path / "nope.csv"))
+
+
+def test_url_is_fetched_and_decompressed(http_folder: tuple[Path, str]) -> None:  # noqa: F811
+    folder, base = http_folder
+    (folder / "members.csv.gz").write_bytes(gzip.compress(TEXT))
+    assert read_bytes(f"{base}/members.csv.gz") == TEXT
+
+
+def test_http_error_names_the_url(http_folder: tuple[Path, str]) -> None:  # noqa: F811
+    _, base = http_folder
+    with pytest.raises(SourceUnreadable, match=r"/absent\.csv: HTTP 404"):
+        read_bytes(f"{base}/absent.csv")
+
+
+def test_refused_connection_is_one_line() -> None:
+    # Port 1 on loopback: nothing listens there, the connection is refused at once.
+    with pytest.raises(SourceUnreadable, match=r"127\.0\.0\.1:1/x\.csv: cannot fetch") as error:
+        read_bytes("http://127.0.0.1:1/x.csv", timeout_s=5)
+    assert "\n" not in str(error.value)

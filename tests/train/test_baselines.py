@@ -1,0 +1,37 @@
+"""The baselines see the transformer's inputs and learn from them."""
+
+from __future__ import annotations
+
+import numpy as np
+from sklearn.preprocessing import OneHotEncoder
+from training_fixtures import CARDINALITIES, synthetic_arrays
+
+from pipeline.train.baselines import linear_matrix, run_baselines, tree_matrix
+
+
+def test_design_matrices_carry_every_input_and_mark_missing_values() -> None:
+    arrays = synthetic_arrays(50, seed=3)
+    encoder = OneHotEncoder(
+        categories=[list(range(size)) for size in CARDINALITIES], sparse_output=False
+    ).fit(arrays.categorical)
+    linear = linear_matrix(arrays, encoder)
+    # numeric + flags, one-hot, binary + flags, weather + flags (26·15 each), sin/cos of the day.
+    assert linear.shape == (50, 8 + 8 + sum(CARDINALITIES) + 6 + 6 + 390 + 390 + 2)
+
+    tree = tree_matrix(arrays)
+    assert tree.shape == (50, 8 + 6 + 6 + 390 + 1)
+    np.testing.assert_array_equal(np.isnan(tree[:, :8]), arrays.numeric_missing)
+    np.testing.assert_array_equal(np.isnan(tree[:, 14:20]), arrays.binary_missing)
+
+
+def test_both_baselines_learn_the_signal_on_the_same_split() -> None:
+    train, validation, test = (
+        synthetic_arrays(n, seed) for n, seed in ((800, 1), (300, 2), (300, 3))
+    )
+    results = run_baselines(train, validation, test, CARDINALITIES, seed=0, num_threads=1)
+    assert [r.name for r in results] == ["logistic regression", "LightGBM"]
+    for result in results:
+        assert result.metrics.rows == len(test)
+        assert result.metrics.auc > 0.75, result.name
+        assert result.test_probabilities.shape == (len(test),)
+        assert result.train_seconds > 0 and result.predict_seconds_per_1000 > 0

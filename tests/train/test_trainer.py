@@ -1,0 +1,147 @@
+"""The trainer: it learns, it stops early, it resumes bit-exactly, it decays only what it should."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+from training_fixtures import CARDINALITIES, synthetic_arrays
+
+from model import DeepSummitTransformer, ModelConfig
+from pipeline.config import load_settings
+from pipeline.train.artifact import load_tensors, save_tensors
+from pipeline.train.trainer import (
+    CHECKPOINT_FILE,
+    parameter_groups,
+    train_model,
+    training_slice,
+    warmup_cosine,
+)
+
+
+def tiny_settings(**train: object):
+    return load_settings(
+        "tiny",
+        overrides={"train": {"learning_rate": 1e-2, "max_epochs": 3, "num_threads": 1, **train}},
+    )
+
+
+def fit(settings, *args, **kwargs):
+    """train_model with the sections of `settings`."""
+    return train_model(settings.train, settings.model, *args, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def splits():
+    return synthetic_arrays(800, seed=1), synthetic_arrays(300, seed=2)
+
+
+def test_training_learns_the_signal_and_keeps_the_best_epoch(splits, tmp_path: Path) -> None:
+    train, validation = splits
+    result = fit(tiny_settings(), train, validation, CARDINALITIES, tmp_path)
+    assert [record.epoch for record in result.history] == [1, 2, 3]
+    assert result.best_val_auc == max(record.val_auc for record in result.history)
+    assert result.best_val_auc > 0.7  # the labels follow a logit of 2·x₀ + …
+    assert not result.model.training
+    assert (tmp_path / CHECKPOINT_FILE).exists()
+
+
+def test_a_run_killed_after_an_epoch_resumes_to_the_same_weights(splits, tmp_path: Path) -> None:
+    train, validation = splits
+    settings = tiny_settings()
+    uninterrupted = fit(settings, train, validation, CARDINALITIES, tmp_path / "a")
+
+    class Killed(Exception):
+        pass
+
+    def kill_after_first_epoch(record) -> None:
+        if record.epoch == 1:
+            raise Killed
+
+    with pytest.raises(Killed):
+        fit(
+            settings,
+            train,
+            validation,
+            CARDINALITIES,
+            tmp_path / "b",
+            kill_after_first_epoch,
+        )
+    resumed = fit(settings, train, validation, CARDINALITIES, tmp_path / "b")
+
+    assert resumed.resumed_from_epoch == 1
+
+    def progress(result):
+        return [(r.epoch, r.train_loss, r.val_loss, r.val_auc) for r in result.history]
+
+    assert progress(resumed) == progress(uninterrupted)
+    expected = uninterrupted.model.state_dict()
+    for name, tensor in resumed.model.state_dict().items():
+        assert torch.equal(tensor, expected[name]), name
+
+
+def test_early_stopping_stops_after_patience_epochs_without_improvement(
+    splits, tmp_path: Path
+) -> None:
+    train, validation = splits
+    # lr 0: the validation AUC never improves after the first epoch.
+    settings = tiny_settings(learning_rate=0.0, max_epochs=10, patience=2)
+    result = fit(settings, train, validation, CARDINALITIES, tmp_path)
+    assert len(result.history) == 3
+    assert result.stopped_early
+    assert result.best_epoch == 1
+
+
+def test_max_train_rows_takes_the_same_rows_every_time(splits) -> None:
+    train, _ = splits
+    first = training_slice(train, 300, seed=7)
+    again = training_slice(train, 300, seed=7)
+    assert len(first) == 300
+    np.testing.assert_array_equal(first.numeric, again.numeric)
+    assert training_slice(train, None, seed=7) is train
+
+
+def test_weight_decay_applies_to_linear_weights_only() -> None:
+    model = DeepSummitTransformer(ModelConfig(hidden_size=16, num_layers=2, num_heads=2))
+    decayed, undecayed = parameter_groups(model, 0.05)
+    assert decayed["weight_decay"] == 0.05 and undecayed["weight_decay"] == 0.0
+    decayed_ids = {id(p) for p in decayed["params"]}
+    names = {id(p): name for name, p in model.named_parameters()}
+    for name, parameter in model.named_parameters():
+        no_decay = (
+            name.endswith("bias")
+            or "norm" in name
+            or "cls_token" in name
+            or "time2vec" in name
+            or "missing" in name
+            or "tabular_tokenizer" in name
+            or "modality" in name
+        )
+        assert (id(parameter) not in decayed_ids) == no_decay, name
+    assert "encoder.blocks.0.attention.q_proj.weight" in {names[i] for i in decayed_ids}
+    every = decayed_ids | {id(p) for p in undecayed["params"]}
+    assert every == {id(p) for p in model.parameters()}
+
+
+def test_schedule_warms_up_linearly_then_decays_to_zero() -> None:
+    multiplier = warmup_cosine(total_steps=200, warmup_fraction=0.05)  # 10 warmup steps
+    assert multiplier(0) == pytest.approx(0.1)
+    assert multiplier(9) == pytest.approx(1.0)
+    assert multiplier(105) == pytest.approx(0.5)
+    assert multiplier(199) < 1e-3
+    values = [multiplier(step) for step in range(10, 200)]
+    assert values == sorted(values, reverse=True)
+
+
+def test_checkpoints_hold_tensors_only_and_refuse_pickled_objects(tmp_path: Path) -> None:
+    layer = nn.Linear(3, 2)
+    save_tensors(tmp_path / "ok.pt", {"weights": layer.state_dict(), "epoch": 3})
+    assert load_tensors(tmp_path / "ok.pt")["epoch"] == 3
+
+    torch.save({"payload": Path("/etc/passwd")}, tmp_path / "evil.pt")  # any non-tensor object
+    with pytest.raises(pickle.UnpicklingError):
+        load_tensors(tmp_path / "evil.pt")

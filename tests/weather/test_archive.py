@@ -1,0 +1,117 @@
+"""Loading the bundled ERA5 archive into weather_daily through load_weather (the default)."""
+
+from __future__ import annotations
+
+from datetime import date, timedelta
+from pathlib import Path
+
+import polars as pl
+import pytest
+from weather_fixtures import DATA_DIR, load_bundle_tables, weather_settings
+
+from pipeline.context import RunContext
+from pipeline.errors import SourceUnreadable
+from pipeline.warehouse import connect
+from pipeline.weather import load_weather
+from pipeline.weather.archive import read_archive
+
+# data/README.md section 4: rows per peak (EVER and MAKA each miss 1,826 days).
+README_ROWS = {
+    "ANN1": 31_047,
+    "CHOY": 31_047,
+    "DHA1": 31_047,
+    "EVER": 29_221,
+    "KANG": 31_047,
+    "LHOT": 31_047,
+    "MAKA": 29_221,
+    "MANA": 31_047,
+}
+
+
+# Data README, section 4: the two gaps of the archive, absent rows.
+README_GAPS = {
+    "EVER": pl.date_range(date(1945, 1, 1), date(1949, 12, 31), eager=True).to_list(),
+    "MAKA": pl.date_range(date(1990, 1, 1), date(1994, 12, 31), eager=True).to_list(),
+}
+
+
+def needed_days(peakid: str) -> set[date]:
+    """The days of the 90-day windows ending on the peak's expedition dates that have member
+    rows, computed from the bundle's files (independently of the stage's SQL)."""
+    expeditions = pl.read_csv(DATA_DIR / "himalayan/expeditions.csv", try_parse_dates=True)
+    members = pl.read_csv(
+        DATA_DIR / "himalayan/members.csv.gz", columns=["expedition_id", "year"]
+    ).unique()
+    dates = (
+        expeditions.filter((pl.col("peakid") == peakid) & pl.col("smtdate").is_not_null())
+        .join(members, left_on=["expid", "year"], right_on=["expedition_id", "year"])
+        .get_column("smtdate")
+        .unique()
+    )
+    return {day - timedelta(days=back) for day in dates.to_list() for back in range(90)}
+
+
+@pytest.fixture(scope="module")
+def loaded(tmp_path_factory: pytest.TempPathFactory):
+    tmp = tmp_path_factory.mktemp("archive")
+    settings = weather_settings(tmp)
+    with connect(settings.paths.warehouse) as con:
+        load_bundle_tables(con)
+    first = load_weather(settings, RunContext(tmp / "run1"))
+    second = load_weather(settings, RunContext(tmp / "run2"))
+    return settings, first, second
+
+
+def test_rows_per_peak_match_the_data_readme(loaded) -> None:
+    settings, first, _ = loaded
+    with connect(settings.paths.warehouse, read_only=True) as con:
+        counts = dict(
+            con.execute(
+                "SELECT peakid, count(*) FROM weather_daily WHERE source = 'archive' GROUP BY 1"
+            ).fetchall()
+        )
+    assert counts == README_ROWS
+    assert {p.peakid: p.stored_days for p in first.peaks if p.stored_days} == README_ROWS
+    assert first.stored == sum(README_ROWS.values()) and first.quarantined == 0
+
+
+def test_null_stays_null(loaded) -> None:
+    settings, _, _ = loaded
+    with connect(settings.paths.warehouse, read_only=True) as con:
+        always_null = con.execute(
+            "SELECT count(precipitation_hours), count(shortwave_radiation_sum), "
+            "count(et0_fao_evapotranspiration) FROM weather_daily"
+        ).fetchone()
+        first_day = con.execute(
+            "SELECT count(*), count(precipitation_sum), count(temperature_2m_mean) "
+            "FROM weather_daily WHERE date = DATE '1940-01-01'"
+        ).fetchone()
+    assert always_null == (0, 0, 0)
+    assert first_day == (8, 0, 8)  # forecast fields do not exist on ERA5's first day
+
+
+def test_rerun_is_idempotent_and_reports_coverage(loaded) -> None:
+    _, first, second = loaded
+    assert second.rows == first.rows == sum(README_ROWS.values())
+    assert second.digest == first.digest
+    peaks = {p.peakid: p for p in second.peaks}
+    # The data README's gaps (absent rows): every needed day inside them is missing, no other.
+    archive_peaks = [peaks[peakid] for peakid in README_ROWS]
+    assert {p.peakid: p.missing_days for p in archive_peaks if p.missing_days} == {
+        peakid: len(needed_days(peakid) & set(gap)) for peakid, gap in README_GAPS.items()
+    }
+    assert peaks["EVER"].before_first_date == len(
+        {day for day in needed_days("EVER") if day < date(1940, 1, 1)}
+    )
+    assert second.complete
+    assert "BAUD" in {s.peakid for s in second.skipped}
+    assert "| EVER | 29,221 |" in second.render()
+
+
+def test_unreadable_archive_is_one_clear_line(tmp_path: Path) -> None:
+    with pytest.raises(SourceUnreadable, match="no such file"):
+        read_archive(tmp_path / "nope.parquet")
+    broken = tmp_path / "broken.parquet"
+    broken.write_bytes(b"PAR1 not really")
+    with pytest.raises(SourceUnreadable, match="not a readable parquet"):
+        read_archive(broken)

@@ -1,0 +1,212 @@
+"""The real openmeteo-requests client against the local Open-Meteo server, through every fault."""
+
+from __future__ import annotations
+
+from datetime import date
+from pathlib import Path
+
+import polars as pl
+import pytest
+import requests
+from openmeteo_server import OpenMeteoServer, open_meteo_weight
+from weather_fixtures import DATA_DIR, load_mini_tables, weather_settings
+
+from pipeline.config import Settings
+from pipeline.context import RunContext
+from pipeline.errors import QuotaExhausted
+from pipeline.features.spec import WEATHER_VARIABLES
+from pipeline.warehouse import connect
+from pipeline.weather import load_weather
+from pipeline.weather.cost import DAY_S, RateLimiter
+from pipeline.weather.openmeteo import OpenMeteoSource, response_frame
+from pipeline.weather.plan import Location, PlannedRequest
+
+# The mini attempts need EVER 1940-01-01..02-10 (41 days), EVER 2018 (90), LHOT 2019 (90) and
+# EVER 2019 (93): four requests, in that order.
+MINI_DAYS = 41 + 90 + 90 + 93
+MINI_WEIGHT = sum(open_meteo_weight(15, days, 1) for days in (41, 90, 90, 93))
+
+
+@pytest.fixture(scope="module")
+def server():
+    with OpenMeteoServer(stall_s=1.0) as running:
+        yield running
+
+
+@pytest.fixture(autouse=True)
+def fresh_server(server: OpenMeteoServer):
+    server.reset_counts()
+    server.daily_limit = None
+    yield
+    server.inject()  # nothing left over for the next test
+    assert not server._faults, "a fault was injected but never hit"
+
+
+def om_settings(tmp_path: Path, server: OpenMeteoServer, **weather) -> Settings:
+    settings = weather_settings(
+        tmp_path, source="open-meteo", api_url=server.url, timeout_s=0.5, **weather
+    )
+    with connect(settings.paths.warehouse) as con:
+        if not con.execute(
+            "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'peaks'"
+        ).fetchone()[0]:
+            load_mini_tables(con)
+    return settings
+
+
+def stored(settings: Settings) -> pl.DataFrame:
+    with connect(settings.paths.warehouse, read_only=True) as con:
+        return con.sql(
+            "SELECT * EXCLUDE (fetched_at, request_id) FROM weather_daily ORDER BY peakid, date"
+        ).pl()
+
+
+def test_fetches_only_needed_spans_and_counts_calls_like_the_server(
+    tmp_path: Path, server: OpenMeteoServer
+) -> None:
+    settings = om_settings(tmp_path, server)
+    report = load_weather(settings, RunContext(tmp_path / "run"))
+    assert report.complete and report.rows == MINI_DAYS
+    assert server.requests == report.requests == 4
+    assert server.weighted_calls == pytest.approx(report.weighted_calls)
+    assert report.weighted_calls == pytest.approx(MINI_WEIGHT)
+    params = server.log[0]["params"]
+    assert (params["models"], params["timezone"], params["elevation"]) == (
+        "era5",
+        "Asia/Kathmandu",
+        "8849",
+    )
+    archive = pl.read_parquet(DATA_DIR / "weather/era5_daily.parquet").filter(
+        (pl.col("peakid") == "EVER") & (pl.col("date") == date(2019, 5, 23))
+    )
+    row = stored(settings).filter(
+        (pl.col("peakid") == "EVER") & (pl.col("date") == date(2019, 5, 23))
+    )
+    assert row["temperature_2m_mean"][0] == pytest.approx(
+        archive["temperature_2m_mean"][0], abs=1e-6
+    )
+    assert row["precipitation_hours"][0] is None  # NaN from the server stays NULL
+
+    again = load_weather(
+        settings, RunContext(tmp_path / "run2")
+    )  # nothing missing: no request at all
+    assert (server.requests, again.requests, again.digest) == (4, 0, report.digest)
+
+    with connect(settings.paths.warehouse) as con:
+        con.execute("DELETE FROM weather_daily")
+    cached = load_weather(settings, RunContext(tmp_path / "run3"))  # answered from the local cache
+    assert (server.requests, cached.requests, cached.digest) == (4, 0, report.digest)
+
+
+@pytest.mark.parametrize(
+    ("fault", "expected_sleep"),
+    [("429", 1.0), ("429-no-retry-after", 0.01)],  # Retry-After, else backoff_factor × 2^0
+)
+def test_rate_limit_answers_are_waited_out(
+    tmp_path: Path, server: OpenMeteoServer, fault: str, expected_sleep: float
+) -> None:
+    settings = om_settings(tmp_path, server, backoff_max_s=30.0)
+    sleeps: list[float] = []
+    server.inject(fault)
+    report = load_weather(settings, RunContext(tmp_path / "run"), sleep=sleeps.append)
+    assert sleeps == [pytest.approx(expected_sleep)]
+    assert report.complete and report.rows == MINI_DAYS
+    assert server.requests == report.requests == 5
+
+
+@pytest.mark.parametrize("fault", ["500", "stall"])
+def test_server_errors_and_stalls_are_retried(
+    tmp_path: Path, server: OpenMeteoServer, fault: str
+) -> None:
+    settings = om_settings(tmp_path, server)
+    server.inject(fault)
+    report = load_weather(settings, RunContext(tmp_path / "run"))
+    assert report.complete and report.rows == MINI_DAYS
+    assert server.requests == 5  # urllib3 retried the failed one once
+    assert [entry["fault"] for entry in server.log][:2] == [fault, None]
+
+
+@pytest.mark.parametrize("fault", ["truncate", "short", "shift"])
+def test_bad_responses_are_rejected_not_stored_and_asked_again(
+    tmp_path: Path, server: OpenMeteoServer, fault: str
+) -> None:
+    settings = om_settings(tmp_path, server)
+    server.inject(fault)  # hits the first request: EVER 1940-01-01..02-10
+    report = load_weather(settings, RunContext(tmp_path / "run"))
+    assert not report.complete and len(report.rejected) == 1
+    assert report.rows == MINI_DAYS - 41
+    assert stored(settings).filter(pl.col("date").dt.year() == 1940).is_empty()
+    assert "INCOMPLETE" in report.render()
+
+    rerun = load_weather(settings, RunContext(tmp_path / "run2"))
+    assert rerun.complete and rerun.rows == MINI_DAYS
+    assert server.requests == 5  # the rejected answer was evicted from the cache
+
+
+def test_daily_limit_stops_cleanly_and_the_next_run_completes(
+    tmp_path: Path, server: OpenMeteoServer
+) -> None:
+    settings = om_settings(tmp_path / "interrupted", server)
+    server.daily_limit = 15.0  # the first two requests cost 14.0, the third does not fit
+    with pytest.raises(QuotaExhausted, match="Daily API request limit exceeded") as error:
+        load_weather(settings, RunContext(tmp_path / "run1"))
+    assert "still missing" in str(error.value) and "\n" not in str(error.value)
+    assert len(stored(settings)) == 41 + 90
+    assert (tmp_path / "run1" / "weather_report.md").read_text().count("stopped early") == 1
+
+    server.reset_counts()  # the next day: a fresh budget
+    server.daily_limit = 30.0
+    resumed = load_weather(settings, RunContext(tmp_path / "run2"))
+    assert resumed.complete and resumed.requests == 2  # only what was missing
+
+    server.daily_limit = None
+    uninterrupted = om_settings(tmp_path / "straight", server)
+    straight = load_weather(uninterrupted, RunContext(tmp_path / "run3"))
+    assert stored(settings).equals(stored(uninterrupted))
+    assert resumed.digest == straight.digest
+
+
+def test_the_daily_budget_counts_what_earlier_runs_spent(
+    tmp_path: Path, server: OpenMeteoServer
+) -> None:
+    # 20 weighted calls a day: the first run affords EVER 1940 and EVER 2018 (14.0) only.
+    settings = om_settings(tmp_path, server, limits={"per_day": 20.0})
+    now = [1_800_000_000.0]
+    with pytest.raises(QuotaExhausted, match=r"daily budget reached: 14\.0 of 20"):
+        load_weather(settings, RunContext(tmp_path / "run1"), clock=lambda: now[0])
+    assert server.requests == 2
+
+    # An hour later, in a new process: the 9.6 calls the third request needs still do not fit
+    # beside the 14.0 already spent today, so nothing is sent (a fresh count would send two).
+    now[0] += 3_600
+    with pytest.raises(QuotaExhausted, match=r"daily budget reached: 14\.0 of 20"):
+        load_weather(settings, RunContext(tmp_path / "run2"), clock=lambda: now[0])
+    assert server.requests == 2
+
+    now[0] += DAY_S  # the first run's calls have left the 24-hour window
+    resumed = load_weather(settings, RunContext(tmp_path / "run3"), clock=lambda: now[0])
+    assert resumed.complete and resumed.requests == 2 and server.requests == 4
+    with connect(settings.paths.warehouse, read_only=True) as con:
+        [(spent,)] = con.execute("SELECT sum(weighted_calls) FROM weather_api_calls").fetchall()
+    assert spent == pytest.approx(MINI_WEIGHT) == pytest.approx(server.weighted_calls)
+
+
+def test_json_and_flatbuffers_carry_the_same_values(
+    tmp_path: Path, server: OpenMeteoServer
+) -> None:
+    settings = om_settings(tmp_path, server)
+    request = PlannedRequest(
+        date(2019, 5, 1),
+        date(2019, 5, 10),
+        (Location("EVER", 27.9881, 86.925, 8849.0), Location("KANG", 27.7025, 88.1475, 8586.0)),
+    )
+    source = OpenMeteoSource(settings.weather, RateLimiter(settings.weather.limits))
+    frame = response_frame(source.fetch(request), request)
+    params = request.params(settings.weather) | {"format": "json"}
+    documents = requests.get(server.url, params=params, timeout=5).json()
+    assert [d["location_id"] for d in documents] == [0, 1]
+    for document, peakid in zip(documents, ("EVER", "KANG"), strict=True):
+        rows = frame.filter(pl.col("peakid") == peakid)
+        assert document["daily"]["time"] == [d.isoformat() for d in rows["date"]]
+        for name in WEATHER_VARIABLES[:3]:
+            assert document["daily"][name] == pytest.approx(rows[name].to_list(), abs=0.01)

@@ -1,0 +1,81 @@
+"""weather_daily: Pandera validation, upsert without duplicates, quarantine with reasons."""
+
+from __future__ import annotations
+
+import json
+from datetime import date, datetime, timedelta
+
+import duckdb
+import polars as pl
+import pytest
+
+from pipeline.features.spec import WEATHER_VARIABLES
+from pipeline.weather import store
+
+
+def batch(days: int = 5, request_id: str = "r1", start: date = date(2019, 5, 1)) -> pl.DataFrame:
+    dates = [start + timedelta(days=i) for i in range(days)]
+    return pl.DataFrame(
+        {
+            "peakid": ["EVER"] * days,
+            "date": dates,
+            "source": ["open-meteo"] * days,
+            **{name: [float(i) for i in range(days)] for name in WEATHER_VARIABLES},
+            "fetched_at": [datetime(2025, 1, 1)] * days,
+            "request_id": [request_id] * days,
+            "origin": ["http://127.0.0.1/v1/archive"] * days,
+            "row_number": list(range(1, days + 1)),
+        }
+    ).with_columns(pl.col("fetched_at").cast(pl.Datetime("us")))
+
+
+@pytest.fixture
+def con() -> duckdb.DuckDBPyConnection:
+    connection = duckdb.connect()
+    store.ensure_tables(connection)
+    return connection
+
+
+def test_table_columns_follow_the_feature_spec(con: duckdb.DuckDBPyConnection) -> None:
+    columns = [row[0] for row in con.execute("DESCRIBE weather_daily").fetchall()]
+    assert columns == ["peakid", "date", "source", *WEATHER_VARIABLES, "fetched_at", "request_id"]
+
+
+def test_upsert_twice_never_duplicates(con: duckdb.DuckDBPyConnection) -> None:
+    assert store.store_batch(con, batch()).stored == 5
+    changed = batch().with_columns(pl.lit(-1.0).alias("temperature_2m_mean"))
+    store.store_batch(con, changed)
+    rows = con.execute("SELECT count(*), min(temperature_2m_mean) FROM weather_daily").fetchone()
+    assert rows == (5, -1.0)
+
+
+def test_nan_is_stored_as_null(con: duckdb.DuckDBPyConnection) -> None:
+    frame = batch().with_columns(pl.lit(float("nan")).alias("precipitation_hours"))
+    store.store_batch(con, frame)
+    assert con.execute("SELECT count(precipitation_hours) FROM weather_daily").fetchone() == (0,)
+
+
+def test_out_of_range_rows_go_to_quarantine_with_reason(con: duckdb.DuckDBPyConnection) -> None:
+    frame = batch().with_columns(
+        pl.when(pl.col("row_number") == 3)
+        .then(999.0)
+        .otherwise(pl.col("temperature_2m_max"))
+        .alias("temperature_2m_max")
+    )
+    result = store.store_batch(con, frame)
+    assert (result.stored, result.quarantined) == (4, 1)
+    source, table, row, record, reason = con.execute(
+        "SELECT source, table_name, row_number, record, reason FROM quarantine"
+    ).fetchone()
+    assert (source, table, row) == ("http://127.0.0.1/v1/archive", "weather_daily", 3)
+    assert "temperature_2m_max" in reason and "999" in reason
+    assert json.loads(record)["date"] == "2019-05-03"
+
+
+def test_dates_with_a_hole_in_one_request_are_rejected(con: duckdb.DuckDBPyConnection) -> None:
+    holed = batch().filter(pl.col("row_number") != 3)
+    other = batch(request_id="r2", start=date(2019, 6, 1))
+    result = store.store_batch(con, pl.concat([holed, other]))
+    assert (result.stored, result.quarantined) == (5, 4)  # r2 is fine, every row of r1 is not
+    reasons = {r for (r,) in con.execute("SELECT DISTINCT reason FROM quarantine").fetchall()}
+    assert reasons == {"dates not contiguous per request"}
