@@ -51,7 +51,7 @@ screenshots: $(STAMP) $(CHROMEDRIVER)
 	$(BIN)/python tests/e2e/refresh_screenshots.py --out docs/screenshots
 
 bench: $(STAMP)
-	for script in bench/*.py; do $(BIN)/python $$script || exit 1; done
+	for script in bench/[!_]*.py; do $(BIN)/python $$script || exit 1; done
 
 clean:
 	rm -rf var

@@ -1,6 +1,8 @@
 """The transformer against logistic regression and LightGBM on the same time split of the
-bundle's features: test AUC, accuracy, Brier, ECE, train time and inference time per 1,000
-attempts, as a markdown table. Trains with the given profile (default: cpu), no MLflow.
+bundle's features: test AUC, accuracy, Brier, ECE (each model calibrated on validation as the
+train stage does, 95% intervals from its expedition bootstrap), train time and inference time per
+1,000 attempts, as a markdown table. Trains one seed with the given profile (default: cpu), no
+MLflow.
 
     .venv/bin/python bench/compare_models.py [--features var/features/<digest12>] [--profile cpu]
 
@@ -17,23 +19,28 @@ import tempfile
 from pathlib import Path
 
 import torch
+from _training import split_groups
 
 from pipeline.config import load_settings
 from pipeline.features.build import load_features, newest_features_dir
-from pipeline.train.stage import ModelScore, score_models
-from pipeline.train.trainer import train_model
+from pipeline.train.baselines import run_baselines
+from pipeline.train.comparison import ModelRow, SeedSpread, compare
+from pipeline.train.evaluation import compute_metrics
+from pipeline.train.stage import transformer_predictions
+from pipeline.train.trainer import predict_proba, train_model, training_slice
 
 
-def markdown(scores: list[ModelScore]) -> str:
+def markdown(rows: tuple[ModelRow, ...]) -> str:
     lines = [
-        "| model | AUC | accuracy | Brier | ECE | train s | inference s / 1,000 |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| model | AUC [95% CI] | accuracy | Brier [95% CI] | ECE [95% CI] | train s "
+        "| inference s / 1,000 |",
+        "| --- | --- | ---: | --- | --- | ---: | ---: |",
     ]
-    for s in scores:
-        m = s.metrics
+    for row in rows:
+        m = row.calibrated
         lines.append(
-            f"| {s.name} | {m.auc:.4f} | {m.accuracy:.4f} | {m.brier:.4f} | {m.ece:.4f} "
-            f"| {s.train_seconds:.1f} | {s.predict_seconds_per_1000:.4f} |"
+            f"| {row.name} | {m.auc.render(4)} | {row.accuracy:.4f} | {m.brier.render(4)} "
+            f"| {m.ece.render(4)} | {row.train_seconds:.1f} | {row.predict_seconds_per_1000:.4f} |"
         )
     return "\n".join(lines)
 
@@ -48,28 +55,49 @@ def main() -> None:
     settings = load_settings(args.profile)
     features_dir = args.features or newest_features_dir(settings.features.features_dir)
     arrays, preprocessor = load_features(features_dir)
-    cardinalities = preprocessor.categorical_cardinalities
     with tempfile.TemporaryDirectory() as checkpoints:
         result = train_model(
             settings.train,
             settings.model,
             arrays["train"],
             arrays["validation"],
-            cardinalities,
+            preprocessor.model_dimensions(),
             Path(checkpoints),
         )
-    scores, _ = score_models(settings.train, result, arrays)
-
+    train = training_slice(arrays["train"], settings.train.max_train_rows, settings.train.seed)
     test = arrays["test"]
+    models = [
+        transformer_predictions([result], arrays),
+        *run_baselines(
+            train,
+            arrays["validation"],
+            test,
+            preprocessor.categorical_cardinalities,
+            settings.train.seed,
+            settings.train.num_threads,
+        ),
+    ]
+    test_auc = compute_metrics(test.label, predict_proba(result.model, test)).auc
+    seeds = SeedSpread((result.seed,), (result.best_val_auc,), (test_auc,))
+    comparison = compare(
+        models,
+        arrays["validation"].label,
+        test.label,
+        split_groups(features_dir, "test"),
+        settings.train.calibration,
+        seeds,
+    )
+
     print(
         f"features {features_dir.name}: train {result.train_rows:,}, validation "
         f"{len(arrays['validation']):,}, test {len(test):,} attempts "
         f"(test positive rate {test.label.mean():.3f}); profile {settings.profile} "
-        f"(H={settings.model.hidden_size}, L={settings.model.num_layers}, "
+        f"(calibration {settings.train.calibration}, "
+        f"H={settings.model.hidden_size}, L={settings.model.num_layers}, "
         f"best epoch {result.best_epoch} of {len(result.history)}); "
         f"{platform.processor() or platform.machine()}, torch threads {torch.get_num_threads()}\n"
     )
-    print(markdown(scores))
+    print(markdown(comparison.rows))
 
 
 if __name__ == "__main__":

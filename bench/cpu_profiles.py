@@ -40,7 +40,6 @@ def main() -> None:
 
     features_dir = args.features or newest_features_dir(load_settings("cpu").features.features_dir)
     arrays, preprocessor = load_features(features_dir)
-    cardinalities = preprocessor.categorical_cardinalities
     print(
         f"features {features_dir.name}: train {len(arrays['train']):,}, validation "
         f"{len(arrays['validation']):,}, test {len(arrays['test']):,} attempts; "
@@ -59,7 +58,7 @@ def main() -> None:
                 settings.model,
                 arrays["train"],
                 arrays["validation"],
-                cardinalities,
+                preprocessor.model_dimensions(),
                 Path(checkpoints),
             )
         test = arrays["test"]

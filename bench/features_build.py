@@ -24,17 +24,20 @@ from features_tables import load_bundle, settings_for
 
 from pipeline.features.attempts import build_attempts
 from pipeline.features.spec import (
-    CIRCULAR_WEATHER_VARIABLES,
+    DIRECTION_CHANNELS,
+    DIRECTION_VARIABLE,
+    WEATHER_CHANNELS,
     WEATHER_VARIABLES,
     WINDOW_DAYS,
     WINDOW_SCALES,
 )
-from pipeline.features.tabular import attempt_features
+from pipeline.features.tabular import attempt_features, build_history
 from pipeline.features.windows import window_tensors
 
 
 def pandas_window(weather: pd.DataFrame, peakid: str, date: pd.Timestamp) -> np.ndarray:
-    """One 26×15 window, the seed way: filter the daily frame, then loop over the buckets."""
+    """One 26×16 window, the seed way: filter the daily frame, then loop over the buckets (the
+    wind direction as the mean of its sine and of its cosine, in the arrays' channel order)."""
     days = weather[
         (weather["peakid"] == peakid)
         & (weather["date"] > date - pd.Timedelta(days=WINDOW_DAYS))
@@ -47,18 +50,20 @@ def pandas_window(weather: pd.DataFrame, peakid: str, date: pd.Timestamp) -> np.
             start = date - pd.Timedelta(days=newest + scale.days_per_token - 1)
             end = date - pd.Timedelta(days=newest)
             chunk = days[(days["date"] >= start) & (days["date"] <= end)]
-            token = []
+            token: dict[str, float] = {}
             for name in WEATHER_VARIABLES:
                 values = chunk[name].dropna()
+                direction = name == DIRECTION_VARIABLE
+                channels = DIRECTION_CHANNELS if direction else (name,)
                 if values.empty:
-                    token.append(math.nan)
-                elif name in CIRCULAR_WEATHER_VARIABLES:
+                    means = [math.nan] * len(channels)
+                elif direction:
                     radians = np.radians(values)
-                    angle = np.degrees(np.arctan2(np.sin(radians).mean(), np.cos(radians).mean()))
-                    token.append(angle % 360)
+                    means = [np.sin(radians).mean(), np.cos(radians).mean()]
                 else:
-                    token.append(values.mean())
-            tokens.append(token)
+                    means = [values.mean()]
+                token.update(zip(channels, means, strict=True))
+            tokens.append([token[channel] for channel in WEATHER_CHANNELS])
     return np.array(tokens)
 
 
@@ -76,11 +81,9 @@ def main() -> None:
         started = time.perf_counter()
         windows = build_attempts(con, settings.features, settings.weather.source)
         windows_done = time.perf_counter()
+        build_history(con)
         features = attempt_features(
-            con,
-            con.table("attempts").pl(),
-            "archive",
-            settings.features.success_rate_prior_strength,
+            con, con.table("attempts").pl(), settings.features.success_rate_prior_strength
         )
         sql_all = time.perf_counter() - started
         sql_windows = windows_done - started
@@ -105,7 +108,7 @@ def main() -> None:
         f"| attempts + all weather windows | {sql_windows:.2f} | {pandas_windows:.2f} "
         f"| {pandas_windows / sql_windows:.1f}x |"
     )
-    print(f"| attempts + windows + tabular features | {sql_all:.2f} | - | - |")
+    print(f"| attempts + windows + history + tabular features | {sql_all:.2f} | - | - |")
 
 
 if __name__ == "__main__":

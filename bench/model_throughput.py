@@ -17,6 +17,7 @@ import torch
 from model import DeepSummitTransformer, ModelConfig
 from model.summary import count_parameters
 from pipeline.config import load_settings
+from pipeline.features.spec import WEATHER_CHANNELS
 
 BATCH_SIZE = 256
 
@@ -80,10 +81,11 @@ def main() -> None:
     torch.set_num_threads(args.threads)
 
     cpu_profile = load_settings("cpu").model
+    base = ModelConfig(n_weather_vars=len(WEATHER_CHANNELS))  # the arrays' 16 channels
     configs = {
-        "base (spec)": ModelConfig(),
+        "base (spec)": base,
         f"cpu profile (H={cpu_profile.hidden_size}, L={cpu_profile.num_layers})": (
-            dataclasses.replace(ModelConfig(), **cpu_profile.model_dump())
+            dataclasses.replace(base, **cpu_profile.model_dump())
         ),
     }
     runs = [(torch.device("cpu"), False)]

@@ -13,6 +13,8 @@ COPY deployments deployments
 RUN python3.11 -m venv /opt/venv \
     && /opt/venv/bin/pip install --no-cache-dir torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128 \
     && /opt/venv/bin/pip install --no-cache-dir -e .
+# NVML bindings: MLflow logs the GPU's utilisation, memory and power with each training run.
+RUN /opt/venv/bin/pip install --no-cache-dir nvidia-ml-py==13.580.82
 ENV PATH=/opt/venv/bin:$PATH \
     DEEPSUMMIT_PROJECT_DIR=/opt/deepsummit \
     DEEPSUMMIT_PATHS__DATA_DIR=/opt/shared/data \

@@ -24,7 +24,7 @@ def lineage_markdown(rows: list[LineageRow], flow_run: str) -> str:
     lines = [
         f"# Lineage of `{flow_run}`",
         "",
-        "raw records → clean tables → weather → features → model version",
+        " → ".join(dict.fromkeys(r.stage for r in rows)),
         "",
         "| stage | asset key | rows | digest | state | links |",
         "| --- | --- | ---: | --- | --- | --- |",
@@ -42,33 +42,33 @@ def link(text: str, url: str | None) -> str:
     return f"[{text}]({url})" if url else text
 
 
-def summary_markdown(report: Any) -> str:
-    """Test metrics of the transformer against the baselines, and the champion decision."""
-    transformer, *baselines = report.scores
-    best_baseline = max((b.metrics.auc for b in baselines), default=None)
+def drift_markdown(check: Any) -> str:
+    """The drift table (drifted features marked), or why nothing was compared."""
+    lines = ["# Input drift", ""]
+    if check.report is None:
+        return "\n".join([*lines, f"Not compared: {check.note}."]) + "\n"
+    warning = check.report.warning()
+    lines += [f"**Warning:** {warning}" if warning else "No feature drifted.", ""]
+    return "\n".join([*lines, f"Champion: {check.note}.", "", check.report.markdown()]) + "\n"
+
+
+def summary_markdown(report: Any, drift: Any) -> str:
+    """The decision-time comparison of the transformer and the baselines, the champion
+    decision, and the input drift line."""
+    status = "champion" if report.champion else "challenger"
     lines = [
-        f"# {report.model_name} v{report.model_version}: "
-        f"{'champion' if report.champion else 'challenger'}",
+        f"# {report.model_name} v{report.model_version}: {status}",
         "",
         f"**Decision:** {report.decision_reason}",
         "",
-        f"Test split: {report.rows['test']:,} attempts (trained on {report.rows['train']:,}, "
-        f"validated on {report.rows['validation']:,}); weather source `{report.weather_source}`; "
-        f"features `{report.digest[:12]}`; best epoch {report.best_epoch} of {report.epochs_run}.",
+        f"Trained on {report.rows['train']:,} attempts, validated on "
+        f"{report.rows['validation']:,}; weather source `{report.weather_source}`; features "
+        f"`{report.digest[:12]}`; {len(report.inputs)} tabular inputs, all known before the "
+        f"push; registered seed {report.best_seed} (best epoch {report.best_epoch} of "
+        f"{report.epochs_run}).",
         "",
-        "| model | AUC | accuracy | Brier | ECE | log loss | train s |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
-    ]
-    for score in report.scores:
-        m = score.metrics
-        lines.append(
-            f"| {score.name} | {m.auc:.4f} | {m.accuracy:.4f} | {m.brier:.4f} | {m.ece:.4f} "
-            f"| {m.log_loss:.4f} | {score.train_seconds:.1f} |"
-        )
-    if best_baseline is not None:
-        delta = transformer.metrics.auc - best_baseline
-        lines += ["", f"AUC against the best baseline: {delta:+.4f}"]
-    lines += [
+        report.comparison.markdown(),
+        f"**{drift.render()}**" if drift.report and drift.report.warning() else drift.render(),
         "",
         f"{link('MLflow run', report.run_url)} · {link('model version', report.model_url)}",
     ]

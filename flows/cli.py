@@ -10,12 +10,14 @@ prints one line on stderr and exits 1.
 from __future__ import annotations
 
 import datetime as dt
+import gc
 import json
 import logging
 import os
 import re
 import subprocess
 import sys
+import traceback
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -37,6 +39,7 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
 )
 
+
 def _option(name: str) -> Any:
     """A command option for field `name` of RunOptions: its type and help from the model, and
     the setting it overrides named in the help (default from config)."""
@@ -56,6 +59,7 @@ Expeditions = _option("expeditions")
 Peaks = _option("peaks")
 HdbMembers = _option("hdb_members")
 HdbExpeditions = _option("hdb_expeditions")
+AllowShrink = _option("allow_shrink")
 WeatherSource = _option("weather_source")
 ApiUrl = _option("api_url")
 Archive = _option("archive")
@@ -79,9 +83,11 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(1)
 
 
-def _settings(profile: str | None, options: RunOptions) -> Settings:
+def _settings(
+    profile: str | None, options: RunOptions, overrides: dict[str, Any] | None = None
+) -> Settings:
     try:
-        return load_settings(profile, options.overrides())
+        return load_settings(profile, options.overrides(overrides))
     except ValidationError as error:
         first = error.errors()[0]
         raise _fail(f"setting {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
@@ -108,6 +114,7 @@ def _use_prefect(settings: Settings) -> None:
     services.prefect_home(settings).mkdir(parents=True, exist_ok=True)
     if not services.prefect_healthy(settings):
         del env["PREFECT_API_URL"]
+        del env["PREFECT_UI_URL"]  # no server: no "View at" link to it either
     for key, value in env.items():
         os.environ.setdefault(key, value)
 
@@ -120,11 +127,22 @@ def _stage(name: str, profile: str | None, options: RunOptions) -> None:
     _use_prefect(settings)
     from flows.summit import STAGE_FLOWS
 
+    _run_flow(STAGE_FLOWS[name], profile, options)
+
+
+def _run_flow(
+    flow: Any, profile: str | None, options: RunOptions, overrides: dict[str, Any] | None = None
+) -> None:
+    """Run `flow` and print the report it returns (or one error line and exit 1)."""
     for handler in logging.getLogger().handlers:  # Prefect's console handler sits on the root
         handler.addFilter(_OneLine())
     try:
-        report = STAGE_FLOWS[name](profile=profile, options=options)
+        report = flow(profile=profile, options=options, overrides=overrides)
     except PipelineError as error:
+        # The failed run's frames hold warehouse connections and query results; freed now,
+        # DuckDB's bindings do not report them as leaked at exit under the error line.
+        traceback.clear_frames(error.__traceback__)
+        gc.collect()
         raise _fail(str(error)) from None
     typer.echo(report.render())
 
@@ -139,6 +157,7 @@ def ingest(
     peaks: Peaks = None,
     hdb_members: HdbMembers = None,
     hdb_expeditions: HdbExpeditions = None,
+    allow_shrink: AllowShrink = None,
 ) -> None:
     """Load the Himalayan Database records: raw tables, clean tables, quarantine, Data Docs."""
     _stage("ingest", profile, _options(locals()))
@@ -229,9 +248,43 @@ def _print_status(settings: Settings) -> None:
     typer.echo(f"MLflow registry  {settings.mlflow.tracking_uri}")
     typer.echo(f"                 server store {backend}, artifacts {artifacts}")
     typer.echo(f"Prefect server   {settings.services.prefect_api_url} (PREFECT_HOME {home})")
+    typer.echo(f"Prefect login    {services.prefect_login_hint(settings)}")
+    typer.echo(f"alerts           {services.describe_alerts(settings)}")
     typer.echo(f"service logs     {settings.services.run_dir}")
     for service in services.status(settings):
         typer.echo(service.render())
+
+
+# A planned attempt's member and team, shared by `predict` and `outlook`
+# (pipeline/serve/planned.py: what each means to the model).
+Age = Annotated[int | None, typer.Option(help="Age of the member.")]
+Sex = Annotated[str | None, typer.Option(help="M or F.")]
+Nationality = Annotated[
+    str | None, typer.Option(help="Citizenship as the records spell it, e.g. Nepal.")
+]
+Role = Annotated[str, typer.Option(help="Expedition role, e.g. Climber, Leader.")]
+Hired = Annotated[bool, typer.Option(help="A hired member (e.g. high-altitude staff).")]
+TeamSize = Annotated[int | None, typer.Option(help="Members of the expedition.")]
+StaffSize = Annotated[int | None, typer.Option(help="Hired staff of the expedition.")]
+Agency = Annotated[str | None, typer.Option(help="Organising agency as the records spell it.")]
+Oxygen = Annotated[
+    bool | None,
+    typer.Option("--oxygen/--no-oxygen", help="The expedition plans supplemental oxygen."),
+]
+Commercial = Annotated[
+    bool | None, typer.Option("--commercial/--no-commercial", help="A commercial expedition.")
+]
+Route = Annotated[
+    str | None, typer.Option(help="Route as the records spell it, e.g. 'S Col-SE Ridge'.")
+]
+Style = Annotated[str | None, typer.Option(help="Expedition style, e.g. Standard.")]
+BasecampDate = Annotated[
+    dt.datetime | None,
+    typer.Option(formats=["%Y-%m-%d"], help="Arrival at base camp, YYYY-MM-DD."),
+]
+ClimberId = Annotated[
+    str | None, typer.Option(help="Climber id of the native HDB export (experience features).")
+]
 
 
 @app.command()
@@ -240,27 +293,20 @@ def predict(
     date: Annotated[
         dt.datetime, typer.Option(formats=["%Y-%m-%d"], help="Planned summit day, YYYY-MM-DD.")
     ],
-    age: Annotated[int | None, typer.Option(help="Age of the member.")] = None,
-    sex: Annotated[str | None, typer.Option(help="M or F.")] = None,
-    nationality: Annotated[
-        str | None, typer.Option(help="Citizenship as the records spell it, e.g. Nepal.")
-    ] = None,
-    role: Annotated[str, typer.Option(help="Expedition role, e.g. Climber, Leader.")] = "Climber",
-    hired: Annotated[bool, typer.Option(help="A hired member (e.g. high-altitude staff).")] = False,
-    team_size: Annotated[int | None, typer.Option(help="Members of the expedition.")] = None,
-    oxygen: Annotated[
-        bool | None, typer.Option("--oxygen/--no-oxygen", help="Planned supplemental oxygen.")
-    ] = None,
-    commercial: Annotated[
-        bool | None, typer.Option("--commercial/--no-commercial", help="A commercial expedition.")
-    ] = None,
-    route: Annotated[
-        str | None, typer.Option(help="Route as the records spell it, e.g. 'S Col-SE Ridge'.")
-    ] = None,
-    style: Annotated[str | None, typer.Option(help="Expedition style, e.g. Standard.")] = None,
-    climber_id: Annotated[
-        str | None, typer.Option(help="Climber id of the native HDB export (experience features).")
-    ] = None,
+    age: Age = None,
+    sex: Sex = None,
+    nationality: Nationality = None,
+    role: Role = "Climber",
+    hired: Hired = False,
+    team_size: TeamSize = None,
+    staff_size: StaffSize = None,
+    agency: Agency = None,
+    oxygen: Oxygen = None,
+    commercial: Commercial = None,
+    route: Route = None,
+    style: Style = None,
+    basecamp_date: BasecampDate = None,
+    climber_id: ClimberId = None,
     profile: Profile = None,
     warehouse: Warehouse = None,
     tracking_uri: TrackingUri = None,
@@ -271,14 +317,77 @@ def predict(
     from pipeline.serve.predict import PlannedAttempt, predict_attempt
 
     planned = PlannedAttempt(
-        peakid=peak, date=date.date(), age=age, sex=sex, nationality=nationality, role=role,
-        hired=hired, team_size=team_size, oxygen=oxygen, commercial=commercial, route=route,
-        style=style, climber_id=climber_id,
+        peak=peak, push_date=date.date(), age=age, sex=sex, nationality=nationality, role=role,
+        hired=hired, team_size=team_size, staff_size=staff_size, agency=agency, oxygen=oxygen,
+        commercial=commercial, route=route, style=style, climber_id=climber_id,
+        basecamp_date=basecamp_date.date() if basecamp_date else None,
     )  # fmt: skip
     try:
         typer.echo(predict_attempt(settings, planned).render())
     except PipelineError as error:
         raise _fail(str(error)) from None
+
+
+@app.command()
+def outlook(
+    peaks: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--peak",
+            help=f"{RunOptions.model_fields['peaks'].description} "
+            "(default: outlook.peaks from config)",
+        ),
+    ] = None,
+    first_day: Annotated[
+        dt.datetime | None,
+        typer.Option(
+            "--from",
+            formats=["%Y-%m-%d"],
+            help="First candidate push day, YYYY-MM-DD (default: today in Nepal).",
+        ),
+    ] = None,
+    days: _option("days") = None,
+    team: _option("team") = None,
+    age: Age = None,
+    sex: Sex = None,
+    nationality: Nationality = None,
+    role: Role = "Climber",
+    hired: Hired = False,
+    team_size: TeamSize = None,
+    staff_size: StaffSize = None,
+    agency: Agency = None,
+    oxygen: Oxygen = None,
+    commercial: Commercial = None,
+    route: Route = None,
+    style: Style = None,
+    basecamp_date: BasecampDate = None,
+    profile: Profile = None,
+    warehouse: Warehouse = None,
+    tracking_uri: TrackingUri = None,
+    forecast_url: _option("forecast_url") = None,
+) -> None:
+    """P(summit) per candidate push day of the next two weeks for each member and the team, by
+    the champion, from the Open-Meteo forecast (fetched first). The team: --team FILE.csv, or
+    one member's attributes (--age, --sex, …), or outlook.team_file from config."""
+    options = _options({**locals(), "first_day": first_day.date() if first_day else None})
+    member = {"age": age, "sex": sex, "nationality": nationality}
+    if team is not None and any(v is not None for v in member.values()):
+        raise _fail("give --team FILE.csv or one member's attributes (--age, --sex, …), not both")
+    plan = {
+        "team_size": team_size, "staff_size": staff_size, "agency": agency, "oxygen": oxygen,
+        "commercial": commercial, "route": route, "style": style,
+        "basecamp_date": basecamp_date.date() if basecamp_date else None,
+    }  # fmt: skip
+    overrides = {k: v for k, v in plan.items() if v is not None}
+    if any(v is not None for v in member.values()):
+        overrides["team"] = [{"name": "member", **member, "role": role, "hired": hired}]
+    overrides = {"outlook": overrides} if overrides else {}
+    settings = _settings(profile, options, overrides)
+    _require_tracking(settings)
+    _use_prefect(settings)
+    from flows.summit import outlook as outlook_flow
+
+    _run_flow(outlook_flow, profile, options, overrides)
 
 
 @app.command("main-job")
@@ -312,11 +421,12 @@ def main_job(
     started = dt.datetime.now()
     flow_run_id = _stream(command, {**os.environ, **services.prefect_env(settings)})
     minutes = (dt.datetime.now() - started).total_seconds() / 60
-    ui = settings.services.prefect_api_url.removesuffix("/api")
+    ui = services.prefect_ui_url(settings)
     typer.echo("")
     if flow_run_id is None:
         raise _fail("could not start summit/train; see the output above")
     typer.echo(f"Prefect flow run   {ui}/runs/flow-run/{flow_run_id}  ({minutes:.1f} min)")
+    typer.echo(f"Prefect login      {services.prefect_login_hint(settings)}")
     summary_file = settings.paths.runs_dir / flow_run_id / "summary.json"
     if not summary_file.exists():
         typer.echo(f"worker log         {services.log_file(settings, services.WORKER)}")

@@ -7,6 +7,7 @@ command can pass every field and only what was given wins.
 
 from __future__ import annotations
 
+from datetime import date
 from pathlib import Path
 from typing import Any, Literal
 
@@ -24,9 +25,7 @@ class RunOptions(BaseModel):
 
     data_dir: Path | None = _option("paths.data_dir", "Folder of the data bundle.")
     warehouse: Path | None = _option("paths.warehouse", "DuckDB warehouse file.")
-    members: str | None = _option(
-        "sources.members", "Members file or URL (TidyTuesday layout)."
-    )
+    members: str | None = _option("sources.members", "Members file or URL (TidyTuesday layout).")
     expeditions: str | None = _option(
         "sources.expeditions", "Expeditions file or URL (with smtdate)."
     )
@@ -36,6 +35,10 @@ class RunOptions(BaseModel):
     )
     hdb_expeditions: str | None = _option(
         "sources.hdb_expeditions", "Native HDB expeditions export (CSV or DBF)."
+    )
+    allow_shrink: bool | None = _option(
+        "ingest.allow_shrink",
+        "Accept sources that leave a clean table more than ingest.max_shrink smaller.",
     )
     weather_source: Literal["archive", "open-meteo"] | None = _option(
         "weather.source", "archive (the bundled ERA5 file) or open-meteo (the live API)."
@@ -61,6 +64,17 @@ class RunOptions(BaseModel):
     max_epochs: int | None = _option("train.max_epochs", "Epoch limit.")
     tracking_uri: str | None = _option(
         "mlflow.tracking_uri", "MLflow tracking URI (server URL or sqlite:///…)."
+    )
+    forecast_url: str | None = _option("forecast.api_url", "Open-Meteo forecast endpoint.")
+    peaks: list[str] | None = _option(
+        "outlook.peaks", "Peak id(s) of the outlook, e.g. EVER (repeat --peak for more)."
+    )
+    first_day: date | None = _option(
+        "outlook.first_day", "First candidate push day, YYYY-MM-DD (default: today in Nepal)."
+    )
+    days: int | None = _option("outlook.days", "Candidate push days (at most 16).")
+    team: Path | None = _option(
+        "outlook.team_file", "Team CSV: name,age,sex,nationality,role,hired; a row per member."
     )
     n_trials: int | None = _option(
         "tune.n_trials", "Trials the study should hold when done (a rerun only runs the rest)."

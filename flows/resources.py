@@ -9,6 +9,7 @@ same thing gets the same key in every run (and in the CLI's runs):
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -100,6 +101,10 @@ class Resource:
     # Late resources are named by the stage's result (a registry assigns the version number), so
     # they are materialised by a second task once the stage has returned.
     late: bool = False
+    # In the DuckDB warehouse: a stage writing it holds the warehouse slot (flows/runner.py).
+    in_warehouse: bool = False
+    # What to run when it is missing, for a resource no stage of a chain writes.
+    missing_hint: str = ""
 
 
 @dataclass(frozen=True)
@@ -107,12 +112,11 @@ class Table(Resource):
     """A table of the DuckDB warehouse."""
 
     name: str
+    in_warehouse = True
 
     def assets(self, settings: Settings, report: Any = None) -> list[Asset]:
         path = settings.paths.warehouse
-        return [
-            _asset(f"duckdb://{path}/{self.name}", self.name, f"table {self.name} of {path}")
-        ]
+        return [_asset(f"duckdb://{path}/{self.name}", self.name, f"table {self.name} of {path}")]
 
     def _digest(self, con: duckdb.DuckDBPyConnection) -> tuple[int, str]:
         if self.name == "weather_daily":  # values only: a refetch of the same values is no change
@@ -201,10 +205,29 @@ class FeaturesSnapshot(Resource):
             return False
 
     def cache_input(self, settings: Settings) -> Any:
-        return file_state(str(self.location(settings)))
+        """The snapshot's content digest, as its preprocessing recorded it: a snapshot built
+        again with the same content is the same input (its files' times are not)."""
+        from pipeline.features.build import PREPROCESSING_FILE
+
+        recorded = self.location(settings) / PREPROCESSING_FILE
+        if not recorded.exists():
+            return file_state(str(self.location(settings)))  # the stage reports what is wrong
+        return json.loads(recorded.read_text())["extra"]["snapshot_digest"]
 
     def facts(self, settings: Settings, report: Any) -> dict[str, Any]:
         return {"rows": report.rows, "digest": report.digest, "source": str(report.directory)}
+
+
+def model_asset(settings: Settings, version: str, url: str | None) -> Asset:
+    """A version of the registered model: the same key whether a run registered it or read it."""
+    name = settings.mlflow.registered_model
+    host = tracking_host(settings.mlflow.tracking_uri)
+    return _asset(
+        f"mlflow://{host}/models/{name}/{version}",
+        f"{name} v{version}",
+        f"version {version} of the registered model {name}",
+        url=url,
+    )
 
 
 class ModelVersion(Resource):
@@ -214,16 +237,7 @@ class ModelVersion(Resource):
     late = True
 
     def assets(self, settings: Settings, report: Any = None) -> list[Asset]:
-        name = settings.mlflow.registered_model
-        host = tracking_host(settings.mlflow.tracking_uri)
-        return [
-            _asset(
-                f"mlflow://{host}/models/{name}/{report.model_version}",
-                f"{name} v{report.model_version}",
-                f"version {report.model_version} of the registered model {name}",
-                url=report.model_url,
-            )
-        ]
+        return [model_asset(settings, str(report.model_version), report.model_url)]
 
     def facts(self, settings: Settings, report: Any) -> dict[str, Any]:
         return {
@@ -240,15 +254,115 @@ class ModelVersion(Resource):
         return f"{link('MLflow run', report.run_url)} {version}"
 
 
+class ChampionModel(Resource):
+    """The version the champion alias names when a stage reads it (pinned for the whole stage:
+    the alias may move meanwhile); its asset is that version's."""
+
+    name = "champion_model"
+    missing_hint = "run `deepsummit train` (or `prefect deployment run summit/train`) first"
+
+    def _version(self, settings: Settings) -> Any:
+        from pipeline.train.registry import champion_version, registry_reachable
+
+        if not registry_reachable(settings.mlflow.tracking_uri):
+            raise PipelineError(f"no MLflow registry at {settings.mlflow.tracking_uri}")
+        return champion_version(settings.mlflow)
+
+    def assets(self, settings: Settings, report: Any = None) -> list[Asset]:
+        from pipeline.train.tracking import ui_links
+
+        version = str(self._version(settings).version)
+        name = settings.mlflow.registered_model
+        _, url = ui_links(settings.mlflow.tracking_uri, "", "", name, version)
+        return [model_asset(settings, version, url if url.startswith("http") else None)]
+
+    def present(self, settings: Settings) -> bool:
+        try:
+            self._version(settings)
+        except PipelineError:
+            return False
+        return True
+
+    def cache_input(self, settings: Settings) -> Any:
+        from pipeline.train.registry import TAG_FILES_DIGEST
+
+        champion = self._version(settings)
+        return [str(champion.version), champion.tags.get(TAG_FILES_DIGEST)]
+
+
+class ForecastApi(Resource):
+    """The Open-Meteo forecast endpoint."""
+
+    name = "forecast_api"
+
+    def assets(self, settings: Settings, report: Any = None) -> list[Asset]:
+        return [source_asset(settings.forecast.api_url)]
+
+    def cache_input(self, settings: Settings) -> Any:
+        return settings.forecast.api_url
+
+
+class ForecastWeather(Resource):
+    """The forecasts stored in weather_daily (sources `forecast@<issue time>`): every issue
+    is kept, so an outlook can be computed again from the forecast that fed it."""
+
+    name = "forecast_weather"
+    in_warehouse = True
+    missing_hint = "run `deepsummit outlook` (it fetches the forecast first)"
+
+    def assets(self, settings: Settings, report: Any = None) -> list[Asset]:
+        path = settings.paths.warehouse
+        return [
+            _asset(
+                f"duckdb://{path}/weather_daily/forecast",
+                "forecast weather",
+                f"Open-Meteo forecasts in weather_daily of {path}, one source per issue",
+            )
+        ]
+
+    def _rows_and_digest(self, settings: Settings) -> tuple[int, str]:
+        with warehouse.connect(settings.paths.warehouse, read_only=True) as con:
+            return weather_store.content_digest(con, forecasts=True)
+
+    def present(self, settings: Settings) -> bool:
+        return Table("weather_daily").present(settings) and self._rows_and_digest(settings)[0] > 0
+
+    def cache_input(self, settings: Settings) -> Any:
+        return self._rows_and_digest(settings)[1] if self.present(settings) else "missing"
+
+    def facts(self, settings: Settings, report: Any) -> dict[str, Any]:
+        sources = {peak.peakid: peak.source for peak in report.peaks}
+        return {"rows": report.rows, "digest": report.digest, "sources": sources}
+
+
+class Outlooks(Table):
+    """The outlooks table; its facts name the model version and forecasts behind this run's."""
+
+    def facts(self, settings: Settings, report: Any) -> dict[str, Any]:
+        return {
+            **super().facts(settings, report),
+            "written": report.rows,
+            "model_version": report.model_version,
+            "weather_sources": {peak.peakid: peak.weather_source for peak in report.peaks},
+        }
+
+
 RESOURCES: dict[str, Resource] = {
     resource.name: resource
     for resource in (
         RecordSources(),
         WeatherSource(),
-        *(Table(name) for name in ("members", "expeditions", "peaks", "quarantine")),
+        *(
+            Table(name)
+            for name in ("members", "expeditions", "expedition_details", "peaks", "quarantine")
+        ),
         Table("weather_daily"),
         Table("features"),
         FeaturesSnapshot(),
         ModelVersion(),
+        ChampionModel(),
+        ForecastApi(),
+        ForecastWeather(),
+        Outlooks("outlooks"),
     )
 }

@@ -13,15 +13,24 @@ recomputed even when its key is cached.
 from __future__ import annotations
 
 import ast
+import contextlib
 import hashlib
-from dataclasses import dataclass, field
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 from typing import Any
+from uuid import UUID
 
 from prefect import Task, get_run_logger, task
+from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.assets import add_asset_metadata, materialize
 from prefect.cache_policies import INPUTS, TASK_SOURCE
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
+from prefect.concurrency.sync import concurrency
+from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
 from prefect.runtime import deployment, flow_run
 from prefect.states import State
 from prefect.tasks import exponential_backoff
@@ -30,7 +39,7 @@ from flows.artifacts import LineageRow
 from flows.resources import RESOURCES
 from flows.stages import STAGES, Stage, producer
 from pipeline.config import PROJECT_ROOT, SQL_DIR, Section, Settings, load_settings
-from pipeline.context import RunContext
+from pipeline.context import WAREHOUSE, RunContext
 from pipeline.errors import PipelineError
 
 # The Settings object and the run context differ from run to run without changing the result.
@@ -154,6 +163,35 @@ def _retry_options(stage: Stage) -> dict[str, Any]:
     }
 
 
+def ensure_limit(name: str, limit: int = 1) -> None:
+    """The global concurrency limit `name` exists on the server (Prefect no longer creates one
+    on first use, and would then hold nothing)."""
+    with get_client(sync_client=True) as client:
+        try:
+            client.read_global_concurrency_limit_by_name(name)
+        except ObjectNotFound:
+            with contextlib.suppress(ObjectAlreadyExists):  # another run created it just now
+                client.create_global_concurrency_limit(
+                    GlobalConcurrencyLimitCreate(name=name, limit=limit)
+                )
+
+
+@contextlib.contextmanager
+def slot(name: str) -> Iterator[None]:
+    """One of one: Prefect's global concurrency slot `name`, waited for as long as it takes
+    (the holder's flow run shows in the UI's Concurrency page)."""
+    ensure_limit(name)
+    logger = get_run_logger()
+    logger.info("waiting for the %s slot", name)
+    with concurrency(name, occupy=1, strict=True):
+        logger.info("holding the %s slot", name)
+        yield
+
+
+def writes_warehouse(stage: Stage) -> bool:
+    return any(RESOURCES[name].in_warehouse for name in stage.writes)
+
+
 def run_stage_function(
     stage_name: str, cache_inputs: dict[str, Any], settings: Settings, run: RunContext
 ) -> StageResult:
@@ -205,6 +243,39 @@ def _task(
     return materialize(*produces, **options) if produces else task(**options)
 
 
+# ---------------------------------------------------------------- progress
+
+
+# The stages log through `logging.getLogger("pipeline.…")`; Prefect forwards that logger to the
+# run's logs (PREFECT_LOGGING_EXTRA_LOGGERS) but leaves its level to the root's WARNING, which
+# would drop the per-epoch lines.
+logging.getLogger("pipeline").setLevel(logging.INFO)
+
+
+def progress_key(stage: str) -> str:
+    return f"deepsummit-{stage}-progress"
+
+
+@dataclass
+class StageProgress:
+    """A stage's `progress` callback in a flow run: a Prefect progress artifact, created at the
+    first report and updated at each, and a log line each time."""
+
+    stage: str
+    artifact_id: UUID | None = None
+
+    def __call__(self, done: float, total: float, message: str) -> None:
+        percent = min(100.0, 100.0 * done / total) if total else 100.0
+        description = f"{self.stage}: {done:,.0f} of {total:,.0f} ({message})"
+        if self.artifact_id is None:
+            self.artifact_id = create_progress_artifact(
+                percent, key=progress_key(self.stage), description=description
+            )
+        else:
+            update_progress_artifact(self.artifact_id, percent, description=description)
+        get_run_logger().info("%s progress %.0f%%: %s", self.stage, percent, description)
+
+
 # ---------------------------------------------------------------- a chain of stages
 
 
@@ -235,25 +306,34 @@ class Chain:
         settings = load_settings(profile, overrides)
         run_dir = settings.paths.runs_dir / str(flow_run.get_id() or "local")
         run_dir.mkdir(parents=True, exist_ok=True)
-        return cls(settings, RunContext(run_dir=run_dir, tags=run_tags(settings)))
+        return cls(settings, RunContext(run_dir=run_dir, tags=run_tags(settings), exclusive=slot))
 
     def _require_inputs(self, stage: Stage) -> None:
         for name in stage.reads:
             if name in self.produced or RESOURCES[name].present(self.settings):
                 continue
             writer = producer(name)
-            hint = f"; run `deepsummit {writer.name}` first" if writer else ""
+            hint = RESOURCES[name].missing_hint or (
+                f"run `deepsummit {writer.name}` first" if writer else ""
+            )
+            hint = f"; {hint}" if hint else ""
             raise PipelineError(f"{stage.name}: its input {name} does not exist yet{hint}")
 
     def run_stage(self, stage: Stage) -> Any:
-        """Run `stage` as a cached, materialising task after the stages it reads from."""
+        """Run `stage` as a cached, materialising task after the stages it reads from; a stage
+        that writes the warehouse holds its slot from reading its inputs to its result, so
+        another run's writer cannot change them in between."""
+        with slot(WAREHOUSE) if writes_warehouse(stage) else contextlib.nullcontext():
+            return self._run_stage(stage)
+
+    def _run_stage(self, stage: Stage) -> Any:
         self._require_inputs(stage)
         settings = self.settings
         inputs = cache_inputs(stage, settings)
         read_assets = [a for name in stage.reads for a in RESOURCES[name].assets(settings)]
         writes = [RESOURCES[name] for name in stage.writes]
         produces = [a for r in writes if not r.late for a in r.assets(settings)]
-        refresh = not all(r.present(settings) for r in writes if not r.late)
+        refresh = not stage.cached or not all(r.present(settings) for r in writes if not r.late)
         upstream = list({id(s): s for n in stage.reads if (s := self.produced.get(n))}.values())
         stage_task = _task(
             settings, stage.name, refresh, produces, read_assets, **_retry_options(stage)
@@ -262,7 +342,7 @@ class Chain:
             stage_name=stage.name,
             cache_inputs=inputs,
             settings=settings,
-            run=self.run,
+            run=replace(self.run, progress=StageProgress(stage.name)),
             wait_for=upstream,
             return_state=True,
         )
@@ -287,9 +367,7 @@ class Chain:
         (asset,) = resource.assets(settings, report)
         facts = resource.facts(settings, report)
         read_assets = [a for name in stage.reads for a in RESOURCES[name].assets(settings)]
-        state = _task(settings, resource.name, False, [asset], read_assets)(
-            publish_late_resource
-        )(
+        state = _task(settings, resource.name, False, [asset], read_assets)(publish_late_resource)(
             resource_name=resource.name,
             cache_inputs=inputs,
             facts=facts,

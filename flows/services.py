@@ -1,10 +1,17 @@
 """The local services: a Prefect server, an MLflow server and a Prefect worker, as processes.
 
-Plain subprocess management (no Prefect import): each service is started in its own session
-(`setsid`), so its whole process group (uvicorn workers, flow-run subprocesses) can be stopped
-together; its PID, start time and command go to `<run_dir>/<name>.pid` and its output to
+Plain subprocess management (Prefect is imported only by `up`, for the alerts automation of
+flows/alerts.py; the rest talks to the server over HTTP): each service is started in its own
+session (`setsid`), so its whole process group (uvicorn workers, flow-run subprocesses) can be
+stopped together; its PID, start time and command go to `<run_dir>/<name>.pid` and its output to
 `<run_dir>/<name>.log`. `up` is idempotent (a service whose recorded process is alive is left
 alone) and `down` stops exactly the processes `up` recorded, by PID, never by name.
+
+Secure by default, because a browser reaches 127.0.0.1 too (any page the user visits, or a
+DNS-rebinding site): the Prefect server requires HTTP basic auth with a secret generated at the
+first `up` (`<run_dir>/prefect-auth`, mode 0600, never printed), checks CSRF tokens on writes and
+allows cross-origin requests from its own UI only; MLflow accepts only its own Host names and
+origins. Everything `up` starts that talks to Prefect gets the secret in its environment.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -25,6 +33,8 @@ from pathlib import Path
 
 import yaml
 
+from flows import alerts
+from flows.prefect_api import PrefectApi
 from pipeline.config import PROJECT_ROOT, Settings
 from pipeline.errors import PipelineError
 
@@ -69,16 +79,74 @@ def prefect_home(settings: Settings) -> Path:
     return settings.services.run_dir / "prefect-home"
 
 
+def prefect_auth_file(settings: Settings) -> Path:
+    """Where the Prefect server's secret (`user:password`) is kept; `deepsummit status` names it."""
+    return settings.services.run_dir / "prefect-auth"
+
+
+def prefect_auth_string(settings: Settings) -> str | None:
+    """The Prefect server's secret, None before the first `up` generated it."""
+    path = prefect_auth_file(settings)
+    return path.read_text().strip() if path.exists() else None
+
+
+def _ensure_prefect_auth(settings: Settings) -> None:
+    """Generate the server's secret once, readable by this user only (O_EXCL: never clobber one
+    a running server already uses); refuse one that other users can read."""
+    path = prefect_auth_file(settings)
+    if not path.exists():
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "w") as file:
+            file.write(f"deepsummit:{secrets.token_urlsafe(32)}\n")
+    if path.stat().st_mode & 0o077:
+        raise ServiceError(
+            f"{path} is readable by other users: `chmod 600 {path}`; if it may have leaked,"
+            " `deepsummit down`, delete it and `deepsummit up` for a new one"
+        )
+
+
+def prefect_ui_url(settings: Settings) -> str:
+    """The Prefect UI people browse: the V2 UI, where the server's root leads and where a link
+    to a page survives the login (it returns to that page; the V1 UI's deep links do not)."""
+    return settings.services.prefect_api_url.removesuffix("/api") + "/v2"
+
+
+def prefect_login_hint(settings: Settings) -> str:
+    """How a person logs in to the Prefect UI: where the secret is, never the secret itself."""
+    path = prefect_auth_file(settings)
+    if not path.exists():
+        return "created by the first `deepsummit up`"
+    return f"the UI asks for it: paste the line of {path} (kept there, never printed)"
+
+
+def prefect_api(settings: Settings) -> PrefectApi:
+    """The local Prefect server's REST API, with its secret."""
+    return PrefectApi(settings.services.prefect_api_url, prefect_auth_string(settings))
+
+
 def prefect_env(settings: Settings) -> dict[str, str]:
     """Environment for anything that talks to the local Prefect server."""
-    return {
+    env = {
         "PREFECT_API_URL": settings.services.prefect_api_url,
+        # The links Prefect prints (`prefect deployment run`) and sends (alerts) open the V2 UI.
+        "PREFECT_UI_URL": prefect_ui_url(settings),
         "PREFECT_HOME": str(prefect_home(settings)),
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
         "DO_NOT_TRACK": "1",
         # The stages' own log lines (per-epoch metrics, counts) go to the flow run's logs too.
         "PREFECT_LOGGING_EXTRA_LOGGERS": "pipeline",
     }
+    if (auth_string := prefect_auth_string(settings)) is not None:
+        env["PREFECT_API_AUTH_STRING"] = auth_string
+    return env
+
+
+def browser_origins(settings: Settings, port: int) -> list[str]:
+    """The origins a browser on this machine loads a service's UI from: its host, and
+    `localhost` as well when that host is the loopback address."""
+    host = settings.services.host
+    hosts = [host, "localhost"] if host == "127.0.0.1" else [host]
+    return [f"http://{name}:{port}" for name in hosts]
 
 
 def mlflow_store(settings: Settings) -> tuple[str, Path]:
@@ -258,17 +326,37 @@ def mlflow_healthy(settings: Settings) -> bool:
 
 def worker_healthy(settings: Settings) -> bool:
     """The server lists our worker as ONLINE in the work pool (its heartbeats are recent)."""
-    svc = settings.services
-    url = f"{svc.prefect_api_url}/work_pools/{svc.work_pool}/workers/filter"
-    request = urllib.request.Request(
-        url, data=b"{}", headers={"Content-Type": "application/json"}, method="POST"
-    )
+    path = f"/work_pools/{settings.services.work_pool}/workers/filter"
     try:
-        with urllib.request.urlopen(request, timeout=2.0) as response:
-            workers = json.loads(response.read())
+        workers = prefect_api(settings).post(path, {}, timeout_s=2.0)
     except (urllib.error.URLError, OSError, ValueError):
         return False
     return any(w["name"] == WORKER_NAME and w["status"] == "ONLINE" for w in workers)
+
+
+def _refuses(api: PrefectApi) -> bool:
+    """True when the server answers 401 to `api`'s credentials."""
+    try:
+        api.get("/admin/version")
+    except urllib.error.HTTPError as error:
+        if error.code == 401:
+            return True
+        raise ServiceError(f"{PREFECT_SERVER}: /admin/version answered {error.code}") from None
+    return False
+
+
+def _check_prefect_auth(settings: Settings) -> None:
+    """The running server refuses a request without the secret and takes ours: a server
+    started before auth was on, or with another secret, is never silently used."""
+    restart = "run `deepsummit down`, then `deepsummit up`"
+    if not _refuses(PrefectApi(settings.services.prefect_api_url, None)):
+        raise ServiceError(
+            f"{PREFECT_SERVER} answers without credentials (started before auth was on); {restart}"
+        )
+    if _refuses(prefect_api(settings)):
+        raise ServiceError(
+            f"{PREFECT_SERVER} refuses the secret in {prefect_auth_file(settings)}; {restart}"
+        )
 
 
 def _wait_healthy(
@@ -300,11 +388,17 @@ def _prefect_server_command(settings: Settings) -> list[str]:
 def _mlflow_server_command(settings: Settings) -> list[str]:
     backend, artifacts = mlflow_store(settings)
     svc = settings.services
+    origins = browser_origins(settings, svc.mlflow_port)
+    # Its own names only: MLflow's default also takes any private-network Host (10.*, 192.168.*),
+    # which a DNS-rebinding site can produce.
+    hosts = [origin.removeprefix("http://") for origin in origins]
     return [
         _bin("mlflow"), "server",
         "--host", svc.host, "--port", str(svc.mlflow_port), "--workers", "1",
         "--backend-store-uri", backend,
         "--artifacts-destination", str(artifacts),
+        "--allowed-hosts", ",".join(hosts),
+        "--cors-allowed-origins", ",".join(origins),
     ]  # fmt: skip
 
 
@@ -322,6 +416,11 @@ def _server_env(settings: Settings) -> dict[str, str]:
     env["PREFECT_UI_API_URL"] = env.pop("PREFECT_API_URL")
     # SQLite: wait for a lock instead of failing a concurrent write at once.
     env["PREFECT_SERVER_DATABASE_TIMEOUT"] = "60"
+    # A login, CSRF tokens on writes and its own UI as the only other origin: see the docstring.
+    env["PREFECT_SERVER_API_AUTH_STRING"] = env["PREFECT_API_AUTH_STRING"]
+    env["PREFECT_SERVER_CSRF_PROTECTION_ENABLED"] = "true"
+    origins = browser_origins(settings, settings.services.prefect_port)
+    env["PREFECT_SERVER_CORS_ALLOWED_ORIGINS"] = ",".join(origins)
     return env
 
 
@@ -404,7 +503,8 @@ def deploy(settings: Settings) -> list[str]:
 
 
 def up(settings: Settings, timeout_s: float = 120.0) -> list[str]:
-    """Bring the servers and the worker up (what runs already is kept); lines of what was done."""
+    """Bring the servers and the worker up (what runs already is kept) and apply the alerts
+    setting; lines of what was done."""
     settings.services.run_dir.mkdir(parents=True, exist_ok=True)
     settings.paths.var_dir.mkdir(parents=True, exist_ok=True)
     svc = settings.services
@@ -412,6 +512,7 @@ def up(settings: Settings, timeout_s: float = 120.0) -> list[str]:
     # Both ports first: a taken one stops `up` before it starts anything.
     _check_port(settings, PREFECT_SERVER, svc.prefect_port)
     _check_port(settings, MLFLOW_SERVER, svc.mlflow_port)
+    _ensure_prefect_auth(settings)
     servers = (
         (PREFECT_SERVER, _prefect_server_command, _server_env(settings), prefect_healthy),
         (MLFLOW_SERVER, _mlflow_server_command, {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
@@ -420,6 +521,7 @@ def up(settings: Settings, timeout_s: float = 120.0) -> list[str]:
     for name, command, env, check in servers:
         started = _ensure_process(settings, name, command(settings), env, check, timeout_s)
         done.append(f"{name}: {'started' if started else 'already running'}")
+    _check_prefect_auth(settings)
     if recorded_pid(settings, WORKER) is None:
         deployed = deploy(settings)
         done.append(f"deployments applied: {', '.join(deployed)}")
@@ -427,6 +529,7 @@ def up(settings: Settings, timeout_s: float = 120.0) -> list[str]:
         settings, WORKER, _worker_command(settings), worker_env(settings), worker_healthy, timeout_s
     )
     done.append(f"{WORKER}: {'started' if started else 'already running'}")
+    done.append(alerts.apply(settings, prefect_api(settings)))
     return done
 
 
@@ -436,6 +539,11 @@ def down(settings: Settings, grace_s: float = 10.0) -> list[str]:
         f"{name}: {'stopped' if stop_process(settings, name, grace_s) else 'was not running'}"
         for name in reversed(SERVICE_NAMES)
     ]
+
+
+def describe_alerts(settings: Settings) -> str:
+    """Whether failed runs are alerted, asking the local server when it runs."""
+    return alerts.describe(settings, prefect_api(settings))
 
 
 def status(settings: Settings) -> list[ServiceStatus]:

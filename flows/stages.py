@@ -42,6 +42,9 @@ class Stage:
     settings: tuple[str, ...]  # dotted settings paths, e.g. "features" or "weather.source"
     description: str
     retry: Retry | None = field(default=None)
+    # False for a stage whose output depends on the time it runs (a forecast, today's
+    # outlook): it runs every time, never served from the cache.
+    cached: bool = True
 
     @property
     def module(self) -> str:
@@ -56,7 +59,7 @@ INGEST = Stage(
     "ingest",
     "pipeline.records.ingest:ingest_records",
     reads=("record_sources",),
-    writes=("members", "expeditions", "peaks", "quarantine"),
+    writes=("members", "expeditions", "expedition_details", "peaks", "quarantine"),
     settings=("sources",),
     description="Load the Himalayan Database records into the warehouse (clean tables + "
     "quarantine).",
@@ -75,7 +78,7 @@ WEATHER = Stage(
 FEATURES = Stage(
     "features",
     "pipeline.features.build:build_features",
-    reads=("members", "expeditions", "peaks", "weather_daily"),
+    reads=("members", "expeditions", "expedition_details", "peaks", "weather_daily"),
     writes=("features", "features_snapshot"),
     settings=("features", "weather.source"),
     description="Build attempts, weather windows and the model inputs (a features snapshot).",
@@ -90,16 +93,42 @@ TRAIN = Stage(
     "register behind the champion gate.",
 )
 
-# The chain of `summit/train`, in order: every stage reads only what an earlier one writes or
-# what comes from outside (the sources).
+FORECAST = Stage(
+    "forecast",
+    "pipeline.weather.forecast:load_forecast",
+    reads=("peaks", "forecast_api"),
+    writes=("forecast_weather",),
+    settings=("forecast", "outlook.peaks"),
+    description="Fetch the Open-Meteo forecast of the outlook's peaks into weather_daily, "
+    "under the source of its issue time.",
+    retry=Retry(retries=3, backoff_s=10.0, never=(QuotaExhausted,)),
+    cached=False,
+)
+OUTLOOK = Stage(
+    "outlook",
+    "pipeline.serve.outlook:plan_outlook",
+    reads=("forecast_weather", "champion_model"),
+    writes=("outlooks",),
+    settings=("outlook",),
+    description="P(summit) per candidate push day for each member and the team, by the "
+    "champion from the newest forecast, into the outlooks table.",
+    cached=False,
+)
+
+# The chains, in order: `summit/train` and `summit/outlook`. Every stage reads what an earlier
+# stage of its chain writes, what another chain writes (checked when the stage runs), or what
+# comes from outside.
 CHAIN: tuple[Stage, ...] = (INGEST, WEATHER, FEATURES, TRAIN)
-STAGES: dict[str, Stage] = {stage.name: stage for stage in CHAIN}
-EXTERNAL: frozenset[str] = frozenset({"record_sources", "weather_source"})
+OUTLOOK_CHAIN: tuple[Stage, ...] = (FORECAST, OUTLOOK)
+STAGES: dict[str, Stage] = {stage.name: stage for stage in (*CHAIN, *OUTLOOK_CHAIN)}
+EXTERNAL: frozenset[str] = frozenset(
+    {"record_sources", "weather_source", "forecast_api", "champion_model"}
+)
 
 
 def producer(resource: str) -> Stage | None:
     """The stage that writes `resource` (None for an input from outside)."""
-    return next((stage for stage in CHAIN if resource in stage.writes), None)
+    return next((stage for stage in STAGES.values() if resource in stage.writes), None)
 
 
 def task_edges(chain: tuple[Stage, ...] = CHAIN) -> set[tuple[str, str]]:
@@ -107,14 +136,20 @@ def task_edges(chain: tuple[Stage, ...] = CHAIN) -> set[tuple[str, str]]:
     that write what it reads, and a late output's task after its stage."""
     edges = set()
     for stage in chain:
-        edges |= {(writer.name, stage.name) for r in stage.reads if (writer := producer(r))}
+        edges |= {
+            (writer.name, stage.name)
+            for r in stage.reads
+            if (writer := producer(r)) is not None and writer in chain
+        }
         edges |= {(stage.name, r) for r in stage.writes if RESOURCES[r].late}
     return edges
 
 
 def check_chain(chain: tuple[Stage, ...] = CHAIN) -> None:
-    """Every name is a known resource and every read is written by an earlier stage."""
+    """Every name is a known resource, and every read is written by an earlier stage of the
+    chain, by another chain, or outside."""
     written: set[str] = set(EXTERNAL)
+    written |= {name for stage in STAGES.values() if stage not in chain for name in stage.writes}
     for stage in chain:
         unknown = [name for name in (*stage.reads, *stage.writes) if name not in RESOURCES]
         if unknown:
@@ -127,4 +162,5 @@ def check_chain(chain: tuple[Stage, ...] = CHAIN) -> None:
         written.update(stage.writes)
 
 
-check_chain()
+check_chain(CHAIN)
+check_chain(OUTLOOK_CHAIN)

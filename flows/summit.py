@@ -1,5 +1,6 @@
-"""The `summit` flow (the chain of `flows/stages.py`, deployed as `summit/train`) and one flow
-per stage (what the `deepsummit <stage>` commands run).
+"""The `summit` flows, the chains of `flows/stages.py`: `summit` (deployed as `summit/train`) and
+`outlook` (deployed as `summit/outlook`); and one flow per stage (what the `deepsummit <stage>`
+commands run).
 
 Flows only orchestrate: settings from the parameters, the stages in the declared order, each
 waiting for the stages that write what it reads, and the lineage and summary artifacts.
@@ -14,13 +15,15 @@ from prefect import Flow, flow
 from prefect.artifacts import create_markdown_artifact
 from prefect.runtime import flow_run
 
-from flows.artifacts import lineage_markdown, summary_markdown
+from flows.artifacts import drift_markdown, lineage_markdown, summary_markdown
 from flows.options import RunOptions
 from flows.runner import Chain
-from flows.stages import CHAIN, STAGES, Stage
+from flows.stages import CHAIN, OUTLOOK_CHAIN, STAGES, Stage
 
 LINEAGE_ARTIFACT = "deepsummit-lineage"
 SUMMARY_ARTIFACT = "deepsummit-run-summary"
+DRIFT_ARTIFACT = "deepsummit-drift"
+OUTLOOK_ARTIFACT = "deepsummit-outlook"
 SUMMARY_FILE = "summary.json"  # in the run folder: what `deepsummit main-job` prints
 
 
@@ -33,6 +36,7 @@ def start_chain(
 def publish(chain: Chain) -> dict[str, Any]:
     """The lineage and summary artifacts, and summary.json for `deepsummit main-job`."""
     report = chain.reports["train"]
+    drift = chain.reports["features"].drift
     name = str(flow_run.get_name() or "local")
     create_markdown_artifact(
         key=LINEAGE_ARTIFACT,
@@ -41,8 +45,13 @@ def publish(chain: Chain) -> dict[str, Any]:
     )
     create_markdown_artifact(
         key=SUMMARY_ARTIFACT,
-        markdown=summary_markdown(report),
-        description="Test metrics against the baselines and the champion decision",
+        markdown=summary_markdown(report, drift),
+        description="Test metrics against the baselines, the champion decision, input drift",
+    )
+    create_markdown_artifact(
+        key=DRIFT_ARTIFACT,
+        markdown=drift_markdown(drift),
+        description="The newest season's inputs against the champion's training split",
     )
     summary = {
         "flow_run_id": str(flow_run.get_id() or ""),
@@ -77,6 +86,39 @@ def summit(
     for stage in CHAIN:
         chain.run_stage(stage)
     return publish(chain)
+
+
+@flow(name="summit", log_prints=True)
+def outlook(
+    profile: str | None = None,
+    options: RunOptions | None = None,
+    overrides: dict[str, Any] | None = None,
+) -> Any:
+    """Forecast → outlook: P(summit) per candidate push day for each member and the team, by
+    the champion, from the newest Open-Meteo forecast of each peak.
+
+    Args:
+        profile: settings profile of deepsummit.toml; blank = the file's default.
+        options: per-run options (peak, first_day, days, team, forecast_url, …); blank = from
+            config (the `outlook` section).
+        overrides: any other settings, nested as in deepsummit.toml,
+            e.g. {"outlook": {"agency": "Seven Summit Treks", "oxygen": true}}.
+    """
+    chain = start_chain(profile, options, overrides)
+    for stage in OUTLOOK_CHAIN:
+        chain.run_stage(stage)
+    report = chain.reports["outlook"]
+    create_markdown_artifact(
+        key=OUTLOOK_ARTIFACT,
+        markdown=report.markdown(),
+        description="P(summit) per push day for each member and the team, with the chart",
+    )
+    create_markdown_artifact(
+        key=LINEAGE_ARTIFACT,
+        markdown=lineage_markdown(chain.lineage, str(flow_run.get_name() or "local")),
+        description="Assets of this run: the forecast, the model version, the outlooks",
+    )
+    return report
 
 
 def stage_flow(stage: Stage) -> Flow:

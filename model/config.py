@@ -11,6 +11,9 @@ class ModelConfig:
     num_layers: int = 6  # L
     num_heads: int = 8  # n_h; head_dim d_k = H / n_h = 32
     dropout: float = 0.1
+    # On the attention weights, as the spec's reference code; None = `dropout`. On a CPU its
+    # Bernoulli masks (B × n_h × 47 × 47 per layer) cost about a third of a training step.
+    attention_dropout: float | None = None
     drop_path_rate: float = 0.1  # p_max of the linear schedule over layers
     time2vec_dim: int = 32  # per temporal input; two of them are concatenated → 64
     n_numeric: int = 8

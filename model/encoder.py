@@ -21,7 +21,10 @@ class TransformerBlock(nn.Module):
         super().__init__()
         hidden = config.hidden_size
         self.norm1 = RMSNorm(hidden)
-        self.attention = MultiHeadAttention(hidden, config.num_heads, config.dropout)
+        attention_dropout = (
+            config.dropout if config.attention_dropout is None else config.attention_dropout
+        )
+        self.attention = MultiHeadAttention(hidden, config.num_heads, attention_dropout)
         self.dropout1 = nn.Dropout(config.dropout)
         self.drop_path1 = DropPath(drop_path_prob)
         self.norm2 = RMSNorm(hidden)

@@ -20,9 +20,15 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from pipeline.features.spec import INPUTS_BY_NAME, SPEC_INPUTS, InputSet, Known
+
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 SQL_DIR = PROJECT_ROOT / "sql"
 DEFAULT_CONFIG_FILE = PROJECT_ROOT / "deepsummit.toml"
+
+
+def known_after_climb(name: str) -> bool:
+    return INPUTS_BY_NAME[name].known is Known.AFTER_CLIMB
 
 
 def resolve_path(value: str | Path) -> Path:
@@ -62,12 +68,37 @@ class PathsConfig(Section):
         return self
 
 
+class WarehouseConfig(Section):
+    OPERATIONAL = frozenset({"lock_timeout_s"})
+
+    # DuckDB lets one process write the file at a time (readers from other processes wait too).
+    # A connection waits this long for another process's lock, then fails with one line that
+    # names the holder; an ingest of the bundle holds it for well under a minute.
+    lock_timeout_s: float = 120.0
+
+
+class IngestConfig(Section):
+    """Guards against a source that parses but lost rows (a truncated download)."""
+
+    OPERATIONAL = frozenset({"allow_shrink"})
+
+    # A load that leaves a clean table with fewer rows than it holds now, by more than this
+    # share, is refused and changes nothing: the records only grow between releases.
+    max_shrink: float = 0.05
+    # Accept such a load anyway, once (`deepsummit ingest --allow-shrink`): the source is
+    # smaller on purpose (a slice, another export).
+    allow_shrink: bool = False
+
+
 class SourcesConfig(Section):
     """Himalayan Database inputs: file paths (relative to the data dir) or http(s) URLs."""
 
     members: str = "himalayan/members.csv.gz"
     expeditions: str = "himalayan/expeditions.csv"
     peaks: str = "himalayan/peaks.csv"
+    # The TidyTuesday expeditions layout: base-camp date, agency, team and staff counts (what
+    # operators know before the push). None = not used: the expedition_details table is empty.
+    expedition_details: str | None = "himalayan/expeditions_tidytuesday.csv.gz"
     # Native HDB export (folder or file with uppercase columns, CSV or DBF); None = not used.
     hdb_members: str | None = None
     hdb_expeditions: str | None = None
@@ -111,6 +142,64 @@ class WeatherConfig(Section):
         return self
 
 
+class ForecastConfig(Section):
+    """The Open-Meteo forecast API: weather for days that have not happened yet. Its requests
+    share `weather.limits` (the free tier counts calls per client, whatever the endpoint)."""
+
+    OPERATIONAL = frozenset({"cache_path", "cache_expire_s"})
+
+    api_url: str = "https://api.open-meteo.com/v1/forecast"
+    past_days: int = Field(92, ge=0, le=92)  # Open-Meteo's limits: a request covers the whole
+    forecast_days: int = Field(16, ge=1, le=16)  # 90-day window and two weeks ahead
+    cache_path: Path = Path("var/cache/open-meteo-forecast")
+    # Open-Meteo's forecast models run every hour or more: an hour-old answer is this run's.
+    cache_expire_s: int = 3600
+
+    @model_validator(mode="after")
+    def _absolute(self) -> ForecastConfig:
+        self.cache_path = resolve_path(self.cache_path)
+        return self
+
+
+class TeamMember(Section):
+    """One member of the team an outlook is for (pipeline/serve/planned.py: what each field
+    means to the model; a blank one is missing, never made up)."""
+
+    name: str
+    age: float | None = None
+    sex: Literal["M", "F"] | None = None
+    nationality: str | None = None
+    role: str | None = "Climber"
+    hired: bool = False
+
+
+class OutlookConfig(Section):
+    """The push-day outlook (pipeline/serve/outlook.py): which peaks, which days, which team."""
+
+    peaks: tuple[str, ...] = ("EVER",)
+    first_day: date | None = None  # the first candidate push day; None = today in Nepal
+    days: int = Field(16, ge=1, le=16)  # candidate days; the forecast reaches 16 days ahead
+    # The members, stated here or in a CSV file (name,age,sex,nationality,role,hired; one row
+    # per member); `team` wins when both are set.
+    team: tuple[TeamMember, ...] = ()
+    team_file: Path = Path("deployments/outlook-team.csv")
+    # The expedition's plan, as for `deepsummit predict`; None = not stated (the model sees
+    # it as missing). team_size None = the number of members.
+    team_size: int | None = None
+    staff_size: int | None = None
+    agency: str | None = None
+    route: str | None = None
+    style: str | None = None
+    commercial: bool | None = None
+    oxygen: bool | None = None
+    basecamp_date: date | None = None
+
+    @model_validator(mode="after")
+    def _absolute(self) -> OutlookConfig:
+        self.team_file = resolve_path(self.team_file)
+        return self
+
+
 class SplitConfig(Section):
     """Time split by expedition year; whole expeditions fall on one side."""
 
@@ -121,6 +210,17 @@ class SplitConfig(Section):
 
 class FeaturesConfig(Section):
     split: SplitConfig = Field(default_factory=SplitConfig)
+    # Tabular inputs beyond the model spec's 20 tokens, by name (pipeline/features/spec.py
+    # declares each one and when it is known); bench/ablation.py measures what each is worth.
+    extra_inputs: tuple[str, ...] = ()
+    # Allow inputs known only after the climb. For analysis only: the `retrospective` profile,
+    # which registers its models under their own name, never the decision-time champion.
+    retrospective: bool = False
+    # Input drift of the newest season against the champion's training split: a feature whose
+    # population stability index passes the threshold is flagged (0.1 moderate, 0.25 major;
+    # pipeline/features/drift.py), judged only with at least drift_min_rows rows on each side.
+    drift_threshold: float = 0.25
+    drift_min_rows: int = 50
     max_missing_days: int = 0  # a window missing more days than this is excluded
     min_category_count: int = 5  # rarer categories fold into index 0 (unknown)
     success_rate_prior_strength: float = 20.0  # pseudo-attempts pulling a rate toward the prior
@@ -131,6 +231,21 @@ class FeaturesConfig(Section):
         self.features_dir = resolve_path(self.features_dir)
         return self
 
+    @model_validator(mode="after")
+    def _decision_time_inputs(self) -> FeaturesConfig:
+        post_climb = [n for n in self.model_inputs().names if known_after_climb(n)]
+        if post_climb and not self.retrospective:
+            raise ValueError(
+                f"{', '.join(post_climb)}: known only after the climb; a decision-time model "
+                "cannot read it (set features.retrospective for an analysis model)"
+            )
+        return self
+
+    def model_inputs(self) -> InputSet:
+        """The tabular inputs of the models trained on these features: the spec's 20 tokens
+        and the configured extras."""
+        return InputSet.of((*SPEC_INPUTS, *self.extra_inputs))
+
 
 class ModelHyperparameters(Section):
     """Architecture knobs; the spec's base configuration is the default."""
@@ -139,6 +254,7 @@ class ModelHyperparameters(Section):
     num_layers: int = 6
     num_heads: int = 8
     dropout: float = 0.1
+    attention_dropout: float | None = None  # on the attention weights; None = dropout
     drop_path_rate: float = 0.1
     time2vec_dim: int = 32
 
@@ -156,6 +272,12 @@ class TrainConfig(Section):
     warmup_fraction: float = 0.05
     grad_clip_norm: float = 1.0
     seed: int = 42
+    # The transformer is trained this many times, with seeds seed, seed + 1, …: the run reports
+    # their spread, registers the best by validation AUC, and serves the others as the band.
+    seeds: int = 3
+    # Post-hoc calibration on the validation split (pipeline/train/calibration.py);
+    # bench/calibration.py measures the methods side by side.
+    calibration: Literal["none", "temperature", "platt", "isotonic"] = "temperature"
     device: Literal["auto", "cpu", "cuda"] = "auto"
     num_threads: int | None = None  # torch intra-op threads; None = torch's default
     max_train_rows: int | None = None  # a slice for quick runs and tests; None = all
@@ -200,6 +322,22 @@ class ServicesConfig(Section):
         return f"http://{self.host}:{self.mlflow_port}"
 
 
+class AlertsConfig(Section):
+    """Notifications of failed runs, sent by the Prefect server (flows/alerts.py)."""
+
+    # Where a Failed or Crashed summit / summit-trial run is reported: a URL taking a JSON POST
+    # {"text": …} (a Slack incoming webhook, Mattermost, Google Chat, your own endpoint).
+    # None = no alerts. `deepsummit up` applies a change.
+    webhook_url: str | None = None
+
+    @model_validator(mode="after")
+    def _http_url(self) -> AlertsConfig:
+        if self.webhook_url is not None and not is_url(self.webhook_url):
+            # Not repeated in the message: a webhook URL is a secret.
+            raise ValueError("webhook_url is not an http(s) URL")
+        return self
+
+
 class TuneConfig(Section):
     study_name: str = "deepsummit"
     # Any SQLAlchemy URL Optuna accepts; a relative SQLite path is under the project root.
@@ -225,13 +363,18 @@ class Settings(Section):
 
     profile: str = "cpu"
     paths: PathsConfig = Field(default_factory=PathsConfig)
+    warehouse: WarehouseConfig = Field(default_factory=WarehouseConfig)
     sources: SourcesConfig = Field(default_factory=SourcesConfig)
+    ingest: IngestConfig = Field(default_factory=IngestConfig)
     weather: WeatherConfig = Field(default_factory=WeatherConfig)
+    forecast: ForecastConfig = Field(default_factory=ForecastConfig)
+    outlook: OutlookConfig = Field(default_factory=OutlookConfig)
     features: FeaturesConfig = Field(default_factory=FeaturesConfig)
     model: ModelHyperparameters = Field(default_factory=ModelHyperparameters)
     train: TrainConfig = Field(default_factory=TrainConfig)
     mlflow: MlflowConfig = Field(default_factory=MlflowConfig)
     services: ServicesConfig = Field(default_factory=ServicesConfig)
+    alerts: AlertsConfig = Field(default_factory=AlertsConfig)
     tune: TuneConfig = Field(default_factory=TuneConfig)
 
     def data_location(self, location: str) -> str:
@@ -303,6 +446,17 @@ def available_profiles(config_file: Path | None = None) -> list[str]:
     return sorted(read_config_file(config_file).get("profiles", {}))
 
 
+def _profile(profiles: dict[str, Any], name: str, seen: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A profile's values, over those of the profile it `extends` (if any)."""
+    values = dict(profiles[name])
+    parent = values.pop("extends", None)
+    if parent is None:
+        return values
+    if parent not in profiles or parent in (*seen, name):
+        raise ValueError(f"profile {name!r} extends {parent!r}: no such profile, or a cycle")
+    return deep_merge(_profile(profiles, parent, (*seen, name)), values)
+
+
 def load_settings(
     profile: str | None = None,
     overrides: dict[str, Any] | None = None,
@@ -320,7 +474,7 @@ def load_settings(
             profiles = {**profiles, chosen: read_config_file(saved)}
         elif profiles:
             raise ValueError(f"unknown profile {chosen!r}; known: {', '.join(sorted(profiles))}")
-    values = deep_merge(file_settings, profiles.get(chosen, {}))
+    values = deep_merge(file_settings, _profile(profiles, chosen) if chosen in profiles else {})
     values = deep_merge(values, _env_values())
     values = deep_merge(values, overrides or {})
     values["profile"] = chosen

@@ -2,17 +2,31 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 # progress(done, total, message): how far a long stage has come, in its own units (epochs,
 # weighted API calls). The flows turn it into a Prefect progress artifact; by default nothing.
 Progress = Callable[[float, float, str], None]
+# exclusive(name): held by one run at a time, across processes and machines. The flows give
+# Prefect's global concurrency slot of that name; by default nothing is held.
+Exclusive = Callable[[str], AbstractContextManager[None]]
+
+# What runs may not do at the same time.
+WAREHOUSE = "deepsummit-warehouse"  # write the DuckDB warehouse
+REGISTRY = "deepsummit-registry"  # decide and move the champion alias
 
 
 def no_progress(done: float, total: float, message: str) -> None:
     """The default: a stage run from a test or a script reports its progress to nobody."""
+
+
+@contextmanager
+def not_exclusive(name: str) -> Iterator[None]:
+    """The default: a stage run from a test or a script is the only one."""
+    yield
 
 
 @dataclass(frozen=True)
@@ -20,3 +34,4 @@ class RunContext:
     run_dir: Path  # this run's folder (reports, Data Docs, plots), under paths.runs_dir
     tags: Mapping[str, str] = field(default_factory=dict)  # provenance for MLflow: flow run id…
     progress: Progress = no_progress
+    exclusive: Exclusive = not_exclusive

@@ -1,7 +1,10 @@
 -- Every member row, joined to its expedition on (expedition id, year) (ids repeat after a
--- century) and to the expedition's peak; `reason` names why the row cannot be an attempt
--- (first reason wins), NULL where it may be one. The weather reasons are added later by
--- features_attempt_status.sql, once the windows exist.
+-- century), to the expedition's details (agency, staff, base-camp date; may be absent) and to
+-- the expedition's peak; `reason` names why the row cannot be an attempt (first reason wins),
+-- NULL where it may be one. The weather reasons are added later by
+-- features_attempt_status.sql, once the windows exist. The columns are the attempt input of
+-- sql/features_tabular.sql plus the label; o2_planned is the expedition's oxygen plan, whose
+-- training proxy is o2used (see pipeline/features/spec.py).
 CREATE OR REPLACE TABLE attempt_candidates AS
 SELECT
     m.expedition_id AS expid,
@@ -14,7 +17,10 @@ SELECT
     e.style,
     e.totmembers,
     e.commercial,
-    e.o2used,
+    e.o2used AS o2_planned,
+    d.trekking_agency AS agency,
+    d.hired_staff,
+    d.basecamp_date,
     m.sex,
     m.age,
     m.citizenship,
@@ -31,4 +37,5 @@ SELECT
     END AS reason
 FROM members AS m
 LEFT JOIN expeditions AS e ON e.expid = m.expedition_id AND e.year = m.year
+LEFT JOIN expedition_details AS d ON d.expid = m.expedition_id AND d.year = m.year
 LEFT JOIN peaks AS p ON p.peakid = e.peakid;

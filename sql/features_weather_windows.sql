@@ -4,8 +4,8 @@
 -- maps each token to the days before the window date it averages. A day without a weather row
 -- contributes nothing; a variable NULL on every day of a token stays NULL. `missing_days`
 -- counts the days of the whole window that have no weather row.
--- The weather_aggregates placeholder is rendered from feature_spec.WEATHER_VARIABLES: avg()
--- per variable, the circular mean (atan2 of mean sine and cosine, in [0, 360)) for directions.
+-- The weather_aggregates placeholder is rendered from pipeline/features/spec.py: avg() per
+-- variable; for the wind direction, the mean of its sine and of its cosine (two channels).
 WITH weather AS (
     SELECT * FROM weather_daily WHERE source = $source
 ),

@@ -31,6 +31,26 @@ CREATE TABLE IF NOT EXISTS expeditions (
     PRIMARY KEY (expid, year)
 );
 
+CREATE TABLE IF NOT EXISTS expedition_details (
+    expid VARCHAR NOT NULL,
+    year INTEGER NOT NULL,
+    peakid VARCHAR NOT NULL,
+    season VARCHAR NOT NULL,
+    basecamp_date DATE,
+    highpoint_date DATE,
+    termination_date DATE,
+    termination_reason VARCHAR,
+    highpoint_metres INTEGER,
+    members INTEGER,
+    member_deaths INTEGER,
+    hired_staff INTEGER,
+    hired_staff_deaths INTEGER,
+    oxygen_used BOOLEAN,
+    trekking_agency VARCHAR,
+    source VARCHAR NOT NULL,
+    PRIMARY KEY (expid, year)
+);
+
 CREATE TABLE IF NOT EXISTS members (
     expedition_id VARCHAR NOT NULL,
     member_id VARCHAR NOT NULL,

@@ -5,6 +5,8 @@ FROM (
     UNION ALL
     SELECT 'expeditions', (SELECT count(*) FROM expeditions)
     UNION ALL
+    SELECT 'expedition_details', (SELECT count(*) FROM expedition_details)
+    UNION ALL
     SELECT 'members', (SELECT count(*) FROM members)
 ) AS t
 LEFT JOIN quarantine AS q ON q.table_name = t.table_name

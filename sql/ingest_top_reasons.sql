@@ -5,6 +5,6 @@ SELECT
     regexp_replace(reason, ' = (''[^'']*''|[^:;]*): ', ': ', 'g') AS reason,
     count(*) AS rows
 FROM quarantine
-WHERE table_name IN ('peaks', 'expeditions', 'members')
+WHERE table_name IN ('peaks', 'expeditions', 'expedition_details', 'members')
 GROUP BY ALL
 ORDER BY table_name, rows DESC, reason

@@ -7,7 +7,10 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from features_tables import load_bundle
+from features_tables import load_bundle, settings_for
+
+from pipeline.context import RunContext
+from pipeline.features.build import build_features
 
 
 @pytest.fixture(scope="session")
@@ -25,3 +28,17 @@ def bundle_copy(bundle_warehouse: Path, tmp_path: Path) -> Path:
     path = tmp_path / "w.duckdb"
     shutil.copy(bundle_warehouse, path)
     return path
+
+
+@pytest.fixture(scope="session")
+def bundle_features(bundle_warehouse: Path, tmp_path_factory: pytest.TempPathFactory):
+    """(settings, report, features table) of the features stage run on a copy of the bundle,
+    with the configured extension inputs."""
+    tmp = tmp_path_factory.mktemp("built")
+    warehouse = tmp / "w.duckdb"
+    shutil.copy(bundle_warehouse, warehouse)
+    settings = settings_for(tmp, warehouse)
+    report = build_features(settings, RunContext(tmp / "run"))
+    with duckdb.connect(str(warehouse), read_only=True) as con:
+        features = con.table("features").pl()
+    return settings, report, features

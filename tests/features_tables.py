@@ -36,6 +36,12 @@ CREATE TABLE members (
     highpoint_metres INTEGER, death_height_metres INTEGER, injury_height_metres INTEGER,
     death_cause VARCHAR, injury_type VARCHAR, climber_id VARCHAR, source VARCHAR
 );
+CREATE TABLE expedition_details (
+    expid VARCHAR, year INTEGER, peakid VARCHAR, season VARCHAR, basecamp_date DATE,
+    highpoint_date DATE, termination_date DATE, termination_reason VARCHAR,
+    highpoint_metres INTEGER, members INTEGER, member_deaths INTEGER, hired_staff INTEGER,
+    hired_staff_deaths INTEGER, oxygen_used BOOLEAN, trekking_agency VARCHAR, source VARCHAR
+);
 CREATE TABLE weather_daily (
     peakid VARCHAR, date DATE, source VARCHAR,
     {", ".join(f"{name} DOUBLE" for name in WEATHER_VARIABLES)},
@@ -60,6 +66,10 @@ INSERT INTO members BY NAME
 SELECT * EXCLUDE (peak_id, peak_name), peak_id AS peakid, NULL AS climber_id,
        'members.csv.gz' AS source
 FROM read_csv('{data}/himalayan/members.csv.gz', nullstr = 'NA');
+INSERT INTO expedition_details BY NAME
+SELECT * EXCLUDE (expedition_id, peak_id, peak_name), expedition_id AS expid,
+       peak_id AS peakid, 'expeditions_tidytuesday.csv.gz' AS source
+FROM read_csv('{data}/himalayan/expeditions_tidytuesday.csv.gz', nullstr = 'NA');
 INSERT INTO weather_daily BY NAME
 SELECT *, 'archive' AS source, TIMESTAMP '2025-01-01' AS fetched_at, 'era5' AS request_id
 FROM read_parquet('{data}/weather/era5_daily.parquet');

@@ -28,6 +28,12 @@ def write_bundle_slice(dest: Path, peaks: tuple[str, ...] = SLICE_PEAKS) -> Path
     (dest / "himalayan/members.csv.gz").write_bytes(gzip.compress(members.write_csv().encode()))
     expeditions = pl.read_csv(source / "himalayan/expeditions.csv", infer_schema_length=0)
     expeditions.filter(pl.col("peakid").is_in(peaks)).write_csv(dest / "himalayan/expeditions.csv")
+    details = pl.read_csv(
+        source / "himalayan/expeditions_tidytuesday.csv.gz", infer_schema_length=0
+    ).filter(pl.col("peak_id").is_in(peaks))
+    (dest / "himalayan/expeditions_tidytuesday.csv.gz").write_bytes(
+        gzip.compress(details.write_csv().encode())
+    )
     shutil.copy(source / "himalayan/peaks.csv", dest / "himalayan/peaks.csv")
     weather = pl.read_parquet(source / "weather/era5_daily.parquet")
     weather.filter(pl.col("peakid").is_in(peaks)).write_parquet(dest / "weather/era5_daily.parquet")
@@ -45,6 +51,7 @@ def isolated_paths(root: Path) -> dict[str, Any]:
         "features": {"features_dir": str(root / "var/features")},
         "train": {"checkpoint_dir": str(root / "var/checkpoints")},
         "weather": {"cache_path": str(root / "var/cache/open-meteo")},
+        "forecast": {"cache_path": str(root / "var/cache/open-meteo-forecast")},
         "services": {"run_dir": str(root / "services")},
     }
 

@@ -37,6 +37,21 @@ def bundle_head(name: str, lines: int) -> bytes:
     return b"".join(data.splitlines(keepends=True)[: lines + 1])
 
 
+def write_sources(folder: Path, members: bytes, expeditions: bytes | None = None) -> dict[str, str]:
+    """Small TidyTuesday-layout sources in `folder` (all the bundle's peaks, its first 30
+    expeditions unless given, `members` as given): the `sources` settings naming them."""
+    files = {
+        "peaks": ("peaks.csv", bundle_head("peaks.csv", 462)),
+        "expeditions": ("expeditions.csv", expeditions or bundle_head("expeditions.csv", 30)),
+        "members": ("members.csv", members),
+    }
+    sources = {}
+    for name, (file_name, data) in files.items():
+        (folder / file_name).write_bytes(data)
+        sources[name] = str(folder / file_name)
+    return sources
+
+
 # (name, type, length, decimals) as the HDB program declares its fields
 DbfField = tuple[str, str, int, int]
 

@@ -1,4 +1,4 @@
-"""A local Open-Meteo-compatible archive server for tests and benches (not a mock of the client).
+"""A local Open-Meteo-compatible server for tests and benches (not a mock of the client).
 
 Serves `GET /v1/archive` from the bundled ERA5 parquet in the real wire formats: FlatBuffers
 (size-prefixed `WeatherApiResponse` messages, one per location, as `openmeteo-requests` parses
@@ -8,6 +8,10 @@ utc_offset_seconds). The archive only has eight peaks, so each coordinate is ser
 the nearest of them (era5_peaks.csv); days the archive lacks come back as NaN, as Open-Meteo
 does for missing data.
 
+`GET /v1/forecast` answers `past_days` and `forecast_days` around today (in the request's
+timezone), as Open-Meteo's forecast API does. Its values are the archive's for the same days of
+its newest year (a stand-in forecast: real weather of the right season, not a prediction).
+
 It counts requests and weighted calls with Open-Meteo's own formula (written out here, not
 imported, so the pipeline's accounting is checked against an independent count) and injects
 faults on demand, one per request in the order given: `inject("429", "500", ...)`.
@@ -15,6 +19,8 @@ faults on demand, one per request in the order given: `inject("429", "500", ...)
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import json
 import math
 import threading
@@ -40,6 +46,8 @@ from pipeline.config import load_settings
 
 DATA_DIR = load_settings().paths.data_dir  # the data bundle the settings point at
 FIRST_DAY = date(1940, 1, 1)
+MAX_PAST_DAYS, MAX_FORECAST_DAYS = 92, 16  # the forecast API's limits
+PATHS = ("/v1/archive", "/v1/forecast")
 
 # name -> (variable, unit, altitude, aggregation), as Open-Meteo labels its daily variables.
 VARIABLES: dict[str, tuple[int, int, int, int]] = {
@@ -94,7 +102,11 @@ FAULTS = (
     "truncate",  # a FlatBuffers body cut in half (well-formed HTTP)
     "short",  # one day fewer than requested
     "shift",  # the requested number of days, starting a day late
+    "out-of-range",  # a well-formed answer whose first value no variable can take
 )
+# Above every daily variable's physical range (pipeline/weather/store.py): the store rejects
+# the row that carries it, and only that row.
+OUT_OF_RANGE_VALUE = 9_999.0
 DAILY_LIMIT_REASON = "Daily API request limit exceeded. Please try again tomorrow."
 
 
@@ -128,6 +140,17 @@ class Archive:
         peaks = list(positions.select("peakid", "latitude", "longitude").iter_rows())
         return cls(peaks=peaks, blocks=blocks)
 
+    @property
+    def last_full_year(self) -> int:
+        last = FIRST_DAY + timedelta(days=min(len(b) for b in self.blocks.values()) - 1)
+        return last.year if (last.month, last.day) == (12, 31) else last.year - 1
+
+    def stand_in(self, start: date, end: date) -> date:
+        """Where the archive holds the days a forecast for start…end stands in for: the same
+        days, whole years back, so that `end` falls in the newest full year at the latest."""
+        years = max(0, end.year - self.last_full_year)
+        return start + (date(end.year - years, 1, 1) - date(end.year, 1, 1))
+
     def nearest(self, latitude: float, longitude: float) -> str:
         return min(self.peaks, key=lambda p: (p[1] - latitude) ** 2 + (p[2] - longitude) ** 2)[0]
 
@@ -157,7 +180,7 @@ class Query:
         return (self.end - self.start).days + 1
 
     @classmethod
-    def parse(cls, raw: dict[str, list[str]]) -> Query:
+    def parse(cls, raw: dict[str, list[str]], forecast: bool = False) -> Query:
         def one(name: str, default: str | None = None) -> str:
             if name not in raw and default is None:
                 raise BadRequest(f"Parameter '{name}' is required")
@@ -169,7 +192,19 @@ class Query:
         latitudes, longitudes = floats("latitude"), floats("longitude")
         if not latitudes or len(latitudes) != len(longitudes):
             raise BadRequest("Parameter 'latitude' and 'longitude' must have the same number")
-        start, end = date.fromisoformat(one("start_date")), date.fromisoformat(one("end_date"))
+        timezone = one("timezone", "GMT")
+        if forecast:
+            past, ahead = int(one("past_days", "0")), int(one("forecast_days", "7"))
+            if not 0 <= past <= MAX_PAST_DAYS or not 1 <= ahead <= MAX_FORECAST_DAYS:
+                raise BadRequest(
+                    f"Parameter 'past_days' must be 0…{MAX_PAST_DAYS} and 'forecast_days' "
+                    f"1…{MAX_FORECAST_DAYS}"
+                )
+            today = datetime.now(ZoneInfo(timezone) if timezone not in ("GMT", "UTC") else None)
+            start = today.date() - timedelta(days=past)
+            end = today.date() + timedelta(days=ahead - 1)
+        else:
+            start, end = date.fromisoformat(one("start_date")), date.fromisoformat(one("end_date"))
         if start > end or start < FIRST_DAY:
             raise BadRequest(f"Parameter 'start_date' is out of allowed range from {FIRST_DAY}")
         variables = one("daily").split(",")
@@ -183,7 +218,7 @@ class Query:
             start=start,
             end=end,
             variables=variables,
-            timezone=one("timezone", "GMT"),
+            timezone=timezone,
             format=one("format", "json"),
         )
 
@@ -261,6 +296,7 @@ class OpenMeteoServer:
     """Context manager: `with OpenMeteoServer() as server: server.url ...`."""
 
     archive: Archive = field(default_factory=Archive.load)
+    port: int = 0  # 0 = any free port
     daily_limit: float | None = None  # weighted calls per "day" before the daily-limit 429
     retry_after_s: float = 1.0
     stall_s: float = 1.0
@@ -286,6 +322,10 @@ class OpenMeteoServer:
     def url(self) -> str:
         return f"http://127.0.0.1:{self._http.server_address[1]}/v1/archive"
 
+    @property
+    def forecast_url(self) -> str:
+        return f"http://127.0.0.1:{self._http.server_address[1]}/v1/forecast"
+
     def __enter__(self) -> OpenMeteoServer:
         server = self
 
@@ -296,7 +336,7 @@ class OpenMeteoServer:
             def log_message(self, *args: Any) -> None:  # keep test output quiet
                 pass
 
-        self._http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._http = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
         self._http.daemon_threads = True
         self._thread = threading.Thread(target=self._http.serve_forever, daemon=True)
         self._thread.start()
@@ -314,10 +354,11 @@ class OpenMeteoServer:
             fault = self._faults.popleft() if self._faults else None
         entry: dict[str, Any] = {"params": {k: v[0] for k, v in raw.items()}, "fault": fault}
         self.log.append(entry)
-        if parsed.path != "/v1/archive":
+        if parsed.path not in PATHS:
             return self._send_json(handler, entry, 404, {"error": True, "reason": "Not Found"})
+        forecast = parsed.path == "/v1/forecast"
         try:
-            query = Query.parse(raw)
+            query = Query.parse(raw, forecast)
         except (BadRequest, ValueError) as error:
             return self._send_json(handler, entry, 400, {"error": True, "reason": str(error)})
         weight = open_meteo_weight(len(query.variables), query.days, len(query.latitudes))
@@ -345,19 +386,32 @@ class OpenMeteoServer:
             start += timedelta(days=1)
         with self._lock:
             self.weighted_calls += weight
-        body = self._body(query, start, days)
+        stored = self.archive.stand_in(query.start, query.end) if forecast else None
+        body = self._body(query, start, days, fault == "out-of-range", stored)
         if fault == "truncate":
             body = body[: len(body) // 2]
         content_type = "application/json" if query.format == "json" else "application/octet-stream"
         self._send(handler, entry, 200, body, content_type)
 
-    def _body(self, query: Query, start: date, days: int) -> bytes:
+    def _body(
+        self,
+        query: Query,
+        start: date,
+        days: int,
+        out_of_range: bool = False,
+        stored: date | None = None,
+    ) -> bytes:
+        """The answer for `days` days from `start`; values from the archive's days from
+        `stored` (default: `start` itself), shifted as `start` is from the query's start."""
+        first = (stored or query.start) + (start - query.start)
         parts = []
         for index, (lat, lon) in enumerate(zip(query.latitudes, query.longitudes, strict=True)):
             values = self.archive.values(
-                self.archive.nearest(lat, lon), start, days, query.variables
+                self.archive.nearest(lat, lon), first, days, query.variables
             )
             parts.append((index, values))
+        if out_of_range:  # the first day of the first location
+            parts[0][1][0, 0] = OUT_OF_RANGE_VALUE
         if query.format == "flatbuffers":
             return b"".join(_flatbuffer(query, i, v, start, days) for i, v in parts)
         documents = [_json(query, i, v, start, days) for i, v in parts]
@@ -395,3 +449,19 @@ class OpenMeteoServer:
             handler.wfile.write(body)
         except (BrokenPipeError, ConnectionResetError):  # the client gave up (stall fault)
             entry["status"] = "client gone"
+
+
+def main() -> None:
+    """Serve until interrupted: `python tests/openmeteo_server.py [--port 8089]` (a forecast for
+    `deepsummit outlook --forecast-url …` without the internet)."""
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--port", type=int, default=8089)
+    args = parser.parse_args()
+    with OpenMeteoServer(port=args.port) as server:
+        print(f"archive:  {server.url}\nforecast: {server.forecast_url}", flush=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            threading.Event().wait()
+
+
+if __name__ == "__main__":
+    main()

@@ -12,7 +12,7 @@ import polars as pl
 
 from pipeline.config import FeaturesConfig
 from pipeline.features.windows import compute_windows
-from pipeline.warehouse import query, run
+from pipeline.warehouse import query, registered, run
 
 # Exclusion reasons, in the order they are tested (the first that applies is recorded).
 EXCLUSION_REASONS: tuple[str, ...] = (
@@ -35,11 +35,8 @@ def build_attempts(
     run(con, "features_attempt_candidates")
     targets = query(con, "features_window_targets", {"source": source})
     windows = compute_windows(con, targets, source)
-    con.register("windows_frame", windows)
-    try:
+    with registered(con, windows_frame=windows):
         run(con, "features_weather_windows_table", {"source": source})
-    finally:
-        con.unregister("windows_frame")
     run(
         con,
         "features_attempt_status",

@@ -1,33 +1,48 @@
 """The features stage: attempts, weather windows and leak-free tabular features, split by time,
-validated, and written as a content-addressed folder of model arrays.
+validated, and written as a content-addressed snapshot of model arrays.
 
 `build_features` leaves `attempt_candidates`, `attempts`, `attempt_exclusions`,
-`weather_windows` and `features` in the warehouse and writes
-`settings.features.features_dir/<digest12>/`: features.parquet (the features table),
-train/validation/test.npz (`FeatureArrays`) and preprocessing.json (the `Preprocessor` fitted on
-the train rows, with the split, weather source and digest). `load_features` reads it back.
+`weather_windows`, the history tables and `features` in the warehouse and writes
+`settings.features.features_dir/<snapshot digest>/`: features.parquet (the features table, every
+declared input), train/validation/test.npz (`FeatureArrays` of the configured input set),
+preprocessing.json (the `Preprocessor` fitted on the train rows, with the split, weather source
+and digests), history/<table>.parquet (what a registered model freezes so that serving
+computes features as training did) and planned_test.parquet (the test split as the registered
+model is asked for it). `load_features` reads it back.
 """
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
 
-from pipeline.config import Settings, SplitConfig
+from pipeline.config import FeaturesConfig, Settings, SplitConfig
 from pipeline.context import RunContext
 from pipeline.errors import PipelineError
 from pipeline.features.attempts import build_attempts, exclusion_counts
 from pipeline.features.dataset import FeatureArrays
+from pipeline.features.drift import DistributionProfile, DriftReport
+from pipeline.features.monitor import input_drift, newest_season, training_profile
 from pipeline.features.preprocessing import Preprocessor
-from pipeline.features.tabular import attempt_features
+from pipeline.features.spec import InputSet
+from pipeline.features.tabular import attempt_features, build_history, history_frames
 from pipeline.features.validation import SPLITS, validate_features
-from pipeline.warehouse import connect, frame_digest, run
+from pipeline.serve.planned import planned_attempts
+from pipeline.train.artifact import DRIFT_PROFILE
+from pipeline.train.registry import champion_file, log_drift
+from pipeline.warehouse import connect, frame_digest, query, registered, run
 
 PREPROCESSING_FILE = "preprocessing.json"
 SNAPSHOT_FILE = "features.parquet"
+HISTORY_DIR = "history"
+# The test split as the registered model is asked for it (pipeline/serve/planned.py).
+PLANNED_TEST_FILE = "planned_test.parquet"
+# The training split's input distributions: the drift reference of a model trained on it.
+DRIFT_PROFILE_FILE = DRIFT_PROFILE
 
 
 @dataclass(frozen=True)
@@ -38,35 +53,71 @@ class SplitFigures:
 
 
 @dataclass(frozen=True)
+class Exclusion:
+    """Member rows one reason kept out of one split (by expedition year), and how often those
+    members summited: an exclusion that depends on the outcome shows here."""
+
+    split: str
+    reason: str
+    members: int
+    summit_rate: float | None
+
+
+@dataclass(frozen=True)
+class DriftCheck:
+    """The newest season against the champion's training split, or why it was not compared."""
+
+    report: DriftReport | None
+    note: str  # e.g. "no champion yet"
+
+    def render(self) -> str:
+        if self.report is None:
+            return f"input drift: not compared ({self.note})"
+        return self.report.warning() or (
+            f"input drift: none above PSI {self.report.threshold:g} ({self.report.current} "
+            f"against {self.report.reference})"
+        )
+
+
+@dataclass(frozen=True)
 class FeaturesReport:
     splits: dict[str, SplitFigures]
     excluded: dict[str, int]  # member rows kept out, by reason
+    exclusions: tuple[Exclusion, ...]  # the same per split, with their summit rate
     members: int  # member rows read = attempts + excluded
     digest: str  # content digest of the features table (features.parquet)
+    snapshot_digest: str  # of everything in the snapshot folder (its name)
     directory: Path
     weather_source: str
+    inputs: tuple[str, ...]  # the tabular inputs of the arrays
     rows: int  # attempts in the features table
-
-    @property
-    def asset_key(self) -> str:
-        return (self.directory / SNAPSHOT_FILE).resolve().as_uri()
+    drift: DriftCheck
 
     def render(self) -> str:
         lines = [
             f"features {self.digest[:12]} (weather source: {self.weather_source})",
             f"  written to {self.directory}",
+            f"  {len(self.inputs)} tabular inputs: {', '.join(self.inputs)}",
             "",
             f"  {'split':<12}{'years':<12}{'attempts':>10}{'label rate':>12}",
         ]
         for name, figures in self.splits.items():
             rate = "-" if figures.label_rate is None else f"{figures.label_rate:.4f}"
             lines.append(f"  {name:<12}{figures.years:<12}{figures.attempts:>10,}{rate:>12}")
-        lines += ["", "  member rows excluded, by reason:"]
-        lines += [f"  {reason:<24}{count:>10,}" for reason, count in self.excluded.items()]
+        lines += [
+            "",
+            "  member rows excluded, by split and reason (summit rate of those rows):",
+            f"  {'split':<12}{'reason':<26}{'members':>10}{'summit rate':>13}",
+        ]
+        for e in self.exclusions:
+            rate = "-" if e.summit_rate is None else f"{e.summit_rate:.3f}"
+            lines.append(f"  {e.split:<12}{e.reason:<26}{e.members:>10,}{rate:>13}")
         excluded = sum(self.excluded.values())
         lines += [
             "",
             f"  {self.members:,} member rows = {self.rows:,} attempts + {excluded:,} excluded",
+            "",
+            f"  {self.drift.render()}",
         ]
         return "\n".join(lines)
 
@@ -79,30 +130,34 @@ def _split_years(split: SplitConfig) -> dict[str, str]:
     }
 
 
+def _split_params(split: SplitConfig) -> dict[str, int]:
+    return {
+        "train_until": split.train_until,
+        "validation_until": split.validation_until,
+        "test_until": split.test_until,
+    }
+
+
 def build_features(settings: Settings, context: RunContext) -> FeaturesReport:
-    """Build the features from the clean tables of the warehouse and write the features folder."""
+    """Build the features from the clean tables of the warehouse and write the snapshot."""
     config = settings.features
     source = settings.weather.source
     with connect(settings.paths.warehouse) as con:
+        build_history(con)
         windows = build_attempts(con, config, source)
         tabular = attempt_features(
-            con, con.table("attempts").pl(), source, config.success_rate_prior_strength
-        )
-        con.register("tabular_frame", tabular)
-        try:
-            run(
-                con,
-                "features_table",
-                {
-                    "train_until": config.split.train_until,
-                    "validation_until": config.split.validation_until,
-                },
-            )
-        finally:
-            con.unregister("tabular_frame")
+            con, con.table("attempts").pl(), config.success_rate_prior_strength
+        ).with_columns(weather_source=pl.lit(source))
+        with registered(con, tabular_frame=tabular):
+            split = _split_params(config.split)
+            run(con, "features_table", {k: split[k] for k in ("train_until", "validation_until")})
         features = con.table("features").pl()
         excluded = exclusion_counts(con)
+        exclusions = query(con, "features_exclusions", _split_params(config.split))
         members = con.table("members").aggregate("count(*)").fetchall()[0][0]
+        history = history_frames(con)
+        test_keys = features.filter(pl.col("split") == "test")
+        planned_test = planned_attempts(con, test_keys, source)
     if members != features.height + sum(excluded.values()):
         raise PipelineError(
             f"features: {members} member rows but {features.height} attempts + "
@@ -111,18 +166,30 @@ def build_features(settings: Settings, context: RunContext) -> FeaturesReport:
     validate_features(features, context.run_dir)
 
     digest = frame_digest(features)
+    snapshot_digest = _snapshot_digest(digest, windows, history, config)
     extra = {
         "digest": digest,
+        "snapshot_digest": snapshot_digest,
         "split": config.split.model_dump(),
         "success_rate_prior_strength": config.success_rate_prior_strength,
         "max_missing_days": config.max_missing_days,
     }
     by_split = {name: features.filter(pl.col("split") == name) for name in SPLITS}
+    inputs = config.model_inputs()
     preprocessor = Preprocessor.fit(
-        by_split["train"], windows, source, config.min_category_count, extra
+        by_split["train"], windows, inputs, source, config.min_category_count, extra
     )
-    directory = config.features_dir / digest[:12]
-    _write_folder(directory, features, preprocessor, windows, by_split)
+    directory = config.features_dir / snapshot_digest[:12]
+    reference = training_profile(
+        by_split["train"],
+        windows,
+        inputs,
+        f"training split (years ≤ {config.split.train_until}) of features {digest[:12]}",
+    )
+    _write_folder(
+        directory, features, preprocessor, windows, by_split, history, planned_test, reference
+    )
+    drift = _drift_check(settings, features, windows, inputs, context)
 
     years = _split_years(config.split)
     return FeaturesReport(
@@ -131,12 +198,60 @@ def build_features(settings: Settings, context: RunContext) -> FeaturesReport:
             for name, frame in by_split.items()
         },
         excluded=excluded,
+        exclusions=tuple(Exclusion(**row) for row in exclusions.iter_rows(named=True)),
         members=members,
         digest=digest,
+        snapshot_digest=snapshot_digest,
         directory=directory,
         weather_source=source,
+        inputs=inputs.names,
         rows=features.height,
+        drift=drift,
     )
+
+
+def _drift_check(
+    settings: Settings,
+    features: pl.DataFrame,
+    windows: pl.DataFrame,
+    inputs: InputSet,
+    context: RunContext,
+) -> DriftCheck:
+    """The newest season's attempts against the champion's training split, logged to MLflow as
+    a run of its own when there is one to compare with."""
+    found = champion_file(settings.mlflow, DRIFT_PROFILE_FILE)
+    if found is None:
+        return DriftCheck(None, "no champion with a drift reference in the registry")
+    version, path = found
+    rows, season = newest_season(features)
+    report = input_drift(
+        DistributionProfile.from_json(path.read_text()),
+        rows,
+        windows,
+        inputs,
+        settings.features.drift_threshold,
+        settings.features.drift_min_rows,
+        f"the newest season ({season}, {rows.height:,} attempts)",
+    )
+    log_drift(settings.mlflow, report, version, context.tags)
+    return DriftCheck(report, f"champion v{version}")
+
+
+def _snapshot_digest(
+    features_digest: str,
+    windows: pl.DataFrame,
+    history: dict[str, pl.DataFrame],
+    config: FeaturesConfig,
+) -> str:
+    """What the snapshot's files follow from: the features table, the weather windows, the
+    history tables and the preprocessing settings (the input set among them)."""
+    parts = [
+        features_digest,
+        frame_digest(windows),
+        *(f"{name}:{frame_digest(frame)}" for name, frame in sorted(history.items())),
+        config.model_dump_json(exclude={"features_dir"}),
+    ]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
 def _write_folder(
@@ -145,18 +260,30 @@ def _write_folder(
     preprocessor: Preprocessor,
     windows: pl.DataFrame,
     by_split: dict[str, pl.DataFrame],
+    history: dict[str, pl.DataFrame],
+    planned_test: pl.DataFrame,
+    reference: DistributionProfile,
 ) -> None:
     """Write the folder next to its final place, then move it there: a reader never sees a
     half-written folder, and a rebuild of the same digest replaces it whole."""
     staging = directory.with_name(directory.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
+    (staging / HISTORY_DIR).mkdir(parents=True)
     features.write_parquet(staging / SNAPSHOT_FILE)
     preprocessor.save(staging / PREPROCESSING_FILE)
     for name, frame in by_split.items():
         preprocessor.transform(frame, windows).save(staging / f"{name}.npz")
+    for name, frame in history.items():
+        frame.write_parquet(staging / HISTORY_DIR / f"{name}.parquet")
+    planned_test.write_parquet(staging / PLANNED_TEST_FILE)
+    (staging / DRIFT_PROFILE_FILE).write_text(reference.to_json())
     shutil.rmtree(directory, ignore_errors=True)
     staging.rename(directory)
+
+
+def load_history(directory: Path) -> dict[str, pl.DataFrame]:
+    """The history tables a snapshot was built with (what a model freezes)."""
+    return {p.stem: pl.read_parquet(p) for p in sorted((directory / HISTORY_DIR).glob("*.parquet"))}
 
 
 def newest_features_dir(root: Path) -> Path:

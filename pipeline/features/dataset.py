@@ -13,40 +13,42 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from pipeline.features.spec import (
-    BINARY_FEATURES,
-    CATEGORICAL_FEATURES,
-    NUMERIC_FEATURES,
-    WEATHER_TOKENS,
-    WEATHER_VARIABLES,
-)
+from pipeline.features.spec import WEATHER_CHANNELS, WEATHER_TOKENS
 
 
 @dataclass(frozen=True)
 class FeatureArrays:
-    """N attempts, in the layout the transformer consumes."""
+    """N attempts, in the layout the transformer consumes. The tabular widths are the model's
+    input set (8 numeric, 6 categorical, 6 binary for the spec's 20 tokens); the weather has
+    26 tokens × 16 channels."""
 
-    numeric: np.ndarray  # (N, 8) float32, z-scored; 0.0 where missing
-    numeric_missing: np.ndarray  # (N, 8) bool
-    categorical: np.ndarray  # (N, 6) int64, 0 = unknown
-    binary: np.ndarray  # (N, 6) int64, 0/1; 0 where missing
-    binary_missing: np.ndarray  # (N, 6) bool
-    weather: np.ndarray  # (N, 26, 15) float32, z-scored per variable; 0.0 where missing
-    weather_missing: np.ndarray  # (N, 26, 15) bool
+    numeric: np.ndarray  # (N, n_numeric) float32, z-scored; 0.0 where missing
+    numeric_missing: np.ndarray  # (N, n_numeric) bool
+    categorical: np.ndarray  # (N, n_categorical) int64, 0 = unknown
+    binary: np.ndarray  # (N, n_binary) int64, 0/1; 0 where missing
+    binary_missing: np.ndarray  # (N, n_binary) bool
+    weather: np.ndarray  # (N, 26, 16) float32, z-scored per channel; 0.0 where missing
+    weather_missing: np.ndarray  # (N, 26, 16) bool
     days_before: np.ndarray  # (N, 26) float32
     day_of_year: np.ndarray  # (N, 26) float32
     label: np.ndarray  # (N,) float32, 1 = summited
 
     def __post_init__(self) -> None:
         n = len(self.label)
+        numeric, categorical, binary = (
+            self.numeric.shape[-1],
+            self.categorical.shape[-1],
+            self.binary.shape[-1],
+        )
+        weather = (n, WEATHER_TOKENS, len(WEATHER_CHANNELS))
         expected = {
-            "numeric": ((n, len(NUMERIC_FEATURES)), np.float32),
-            "numeric_missing": ((n, len(NUMERIC_FEATURES)), np.bool_),
-            "categorical": ((n, len(CATEGORICAL_FEATURES)), np.int64),
-            "binary": ((n, len(BINARY_FEATURES)), np.int64),
-            "binary_missing": ((n, len(BINARY_FEATURES)), np.bool_),
-            "weather": ((n, WEATHER_TOKENS, len(WEATHER_VARIABLES)), np.float32),
-            "weather_missing": ((n, WEATHER_TOKENS, len(WEATHER_VARIABLES)), np.bool_),
+            "numeric": ((n, numeric), np.float32),
+            "numeric_missing": ((n, numeric), np.bool_),
+            "categorical": ((n, categorical), np.int64),
+            "binary": ((n, binary), np.int64),
+            "binary_missing": ((n, binary), np.bool_),
+            "weather": (weather, np.float32),
+            "weather_missing": (weather, np.bool_),
             "days_before": ((n, WEATHER_TOKENS), np.float32),
             "day_of_year": ((n, WEATHER_TOKENS), np.float32),
             "label": ((n,), np.float32),

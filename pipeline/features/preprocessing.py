@@ -16,12 +16,7 @@ import numpy as np
 import polars as pl
 
 from pipeline.features.dataset import FeatureArrays
-from pipeline.features.spec import (
-    BINARY_FEATURES,
-    CATEGORICAL_FEATURES,
-    NUMERIC_FEATURES,
-    WEATHER_VARIABLES,
-)
+from pipeline.features.spec import WEATHER_CHANNELS, InputSet
 from pipeline.features.windows import WINDOW_KEY, window_tensors
 
 # The features frame names the window of each row by (peakid, smtdate).
@@ -58,13 +53,13 @@ def _standardiser(names: tuple[str, ...], values: np.ndarray, weights: np.ndarra
     return Standardiser(means, stds)
 
 
-def _window_index(features: pl.DataFrame, keys: pl.DataFrame) -> np.ndarray:
+def _window_index(
+    features: pl.DataFrame, keys: pl.DataFrame, window_key: tuple[str, str] = FEATURE_WINDOW_KEY
+) -> np.ndarray:
     """Row i of `features` → the index of its window in `keys` (every row must have one)."""
-    indexed = keys.with_row_index("window").rename(
-        dict(zip(WINDOW_KEY, FEATURE_WINDOW_KEY, strict=True))
-    )
-    joined = features.select(FEATURE_WINDOW_KEY).join(
-        indexed, on=list(FEATURE_WINDOW_KEY), how="left", maintain_order="left"
+    indexed = keys.with_row_index("window").rename(dict(zip(WINDOW_KEY, window_key, strict=True)))
+    joined = features.select(window_key).join(
+        indexed, on=list(window_key), how="left", maintain_order="left"
     )
     if joined["window"].null_count():
         first = joined.filter(pl.col("window").is_null()).row(0)
@@ -76,6 +71,7 @@ def _window_index(features: pl.DataFrame, keys: pl.DataFrame) -> np.ndarray:
 class Preprocessor:
     """Everything a model needs to turn feature rows into its inputs, learnt from train rows."""
 
+    inputs: InputSet  # the tabular inputs this model reads, in token order
     vocabularies: dict[str, list[str]]  # value at position i has index i + 1; 0 = unknown
     numeric: Standardiser
     weather: Standardiser
@@ -86,13 +82,23 @@ class Preprocessor:
     @property
     def categorical_cardinalities(self) -> tuple[int, ...]:
         """Embedding sizes per categorical feature: the vocabulary plus index 0 (unknown)."""
-        return tuple(len(self.vocabularies[name]) + 1 for name in CATEGORICAL_FEATURES)
+        return tuple(len(self.vocabularies[name]) + 1 for name in self.inputs.categorical)
+
+    def model_dimensions(self) -> dict[str, Any]:
+        """The `ModelConfig` fields the inputs fix (token counts, vocabulary sizes)."""
+        return {
+            "n_numeric": len(self.inputs.numeric),
+            "n_binary": len(self.inputs.binary),
+            "categorical_cardinalities": self.categorical_cardinalities,
+            "n_weather_vars": len(WEATHER_CHANNELS),
+        }
 
     @classmethod
     def fit(
         cls,
         train: pl.DataFrame,
         windows: pl.DataFrame,
+        inputs: InputSet,
         weather_source: str,
         min_category_count: int,
         extra: dict[str, Any] | None = None,
@@ -101,7 +107,7 @@ class Preprocessor:
         times (most frequent first), numeric and per-variable weather statistics. Weather
         statistics weigh each window by the number of train attempts that use it."""
         vocabularies = {}
-        for name in CATEGORICAL_FEATURES:
+        for name in inputs.categorical:
             counts = (
                 train[name]
                 .drop_nulls()
@@ -112,43 +118,53 @@ class Preprocessor:
                 name
             ].to_list()
         numeric = _standardiser(
-            NUMERIC_FEATURES,
-            train.select(NUMERIC_FEATURES).cast(pl.Float64).fill_null(float("nan")).to_numpy(),
+            inputs.numeric,
+            train.select(inputs.numeric).cast(pl.Float64).fill_null(float("nan")).to_numpy(),
             np.ones(train.height),
         )
         keys, values, _, _ = window_tensors(windows)
         uses = np.bincount(_window_index(train, keys), minlength=keys.height)
         tokens = values.shape[1]
         weather = _standardiser(
-            WEATHER_VARIABLES,
-            values.reshape(-1, len(WEATHER_VARIABLES)),
+            WEATHER_CHANNELS,
+            values.reshape(-1, len(WEATHER_CHANNELS)),
             np.repeat(uses, tokens).astype(np.float64),
         )
-        return cls(vocabularies, numeric, weather, weather_source, min_category_count, extra or {})
-
-    def transform(self, features: pl.DataFrame, windows: pl.DataFrame) -> FeatureArrays:
-        """Feature rows (+ their windows) → model arrays; a row without `label` gets NaN."""
-        numeric_raw = (
-            features.select(NUMERIC_FEATURES).cast(pl.Float64).fill_null(float("nan")).to_numpy()
+        return cls(
+            inputs, vocabularies, numeric, weather, weather_source, min_category_count, extra or {}
         )
-        numeric_mean, numeric_std = self.numeric.arrays(NUMERIC_FEATURES)
+
+    def transform(
+        self,
+        features: pl.DataFrame,
+        windows: pl.DataFrame,
+        window_key: tuple[str, str] = FEATURE_WINDOW_KEY,
+    ) -> FeatureArrays:
+        """Feature rows (+ their windows) → model arrays; a row without `label` gets NaN.
+        Row i's window is the one whose (peakid, date) equals the row's `window_key` columns
+        (serving names each request row's own window)."""
+        inputs = self.inputs
+        numeric_raw = (
+            features.select(inputs.numeric).cast(pl.Float64).fill_null(float("nan")).to_numpy()
+        )
+        numeric_mean, numeric_std = self.numeric.arrays(inputs.numeric)
         numeric = (numeric_raw - numeric_mean) / numeric_std
         numeric_missing = np.isnan(numeric)
 
         categorical = (
-            np.stack([self._encode(name, features[name]) for name in CATEGORICAL_FEATURES], axis=1)
-            if features.height
-            else np.zeros((0, len(CATEGORICAL_FEATURES)), np.int64)
+            np.stack([self._encode(name, features[name]) for name in inputs.categorical], axis=1)
+            if features.height and inputs.categorical
+            else np.zeros((features.height, len(inputs.categorical)), np.int64)
         )
 
         binary_raw = (
-            features.select(BINARY_FEATURES).cast(pl.Float64).fill_null(float("nan")).to_numpy()
+            features.select(inputs.binary).cast(pl.Float64).fill_null(float("nan")).to_numpy()
         )
         binary_missing = np.isnan(binary_raw)
 
         keys, values, days_before, day_of_year = window_tensors(windows)
-        index = _window_index(features, keys)
-        weather_mean, weather_std = self.weather.arrays(WEATHER_VARIABLES)
+        index = _window_index(features, keys, window_key)
+        weather_mean, weather_std = self.weather.arrays(WEATHER_CHANNELS)
         weather = (values[index] - weather_mean) / weather_std
         weather_missing = np.isnan(weather)
 
@@ -174,40 +190,29 @@ class Preprocessor:
         lookup = {value: position + 1 for position, value in enumerate(self.vocabularies[name])}
         return np.array([lookup.get(value, 0) for value in values.to_list()], dtype=np.int64)
 
-    def unknown_notes(self, features: pl.DataFrame) -> list[str]:
-        """One line per category value the model will see as unknown (for the caller to show)."""
-        notes = []
-        for name in CATEGORICAL_FEATURES:
+    def unknown_notes_by_row(self, features: pl.DataFrame) -> list[list[str]]:
+        """Per row, one note per category value the model sees as unknown (to show the user)."""
+        notes: list[list[str]] = [[] for _ in range(features.height)]
+        for name in self.inputs.categorical:
             known = set(self.vocabularies[name])
-            for value in features[name].unique(maintain_order=True).to_list():
-                if value is None:
-                    notes.append(f"{name}: missing, encoded as unknown")
-                elif value not in known:
-                    notes.append(f"{name}: {value!r} is not in the training vocabulary (unknown)")
+            for row, value in enumerate(features[name].to_list()):
+                if value is not None and value not in known:
+                    notes[row].append(
+                        f"{name} {value!r} is not in the training vocabulary: unknown"
+                    )
         return notes
 
     def to_json(self) -> str:
-        document = {
-            "numeric_features": list(NUMERIC_FEATURES),
-            "categorical_features": list(CATEGORICAL_FEATURES),
-            "binary_features": list(BINARY_FEATURES),
-            "weather_variables": list(WEATHER_VARIABLES),
-            **asdict(self),
-        }
+        document = {"weather_channels": list(WEATHER_CHANNELS), **asdict(self)}
         return json.dumps(document, indent=2, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> Preprocessor:
         document = json.loads(text)
-        for key, names in (
-            ("numeric_features", NUMERIC_FEATURES),
-            ("categorical_features", CATEGORICAL_FEATURES),
-            ("binary_features", BINARY_FEATURES),
-            ("weather_variables", WEATHER_VARIABLES),
-        ):
-            if tuple(document.pop(key)) != names:
-                raise ValueError(f"preprocessing {key} differ from pipeline.features.spec")
+        if tuple(document.pop("weather_channels")) != WEATHER_CHANNELS:
+            raise ValueError("preprocessing weather channels differ from pipeline.features.spec")
         return cls(
+            inputs=InputSet(**{kind: tuple(names) for kind, names in document["inputs"].items()}),
             vocabularies=document["vocabularies"],
             numeric=Standardiser(**document["numeric"]),
             weather=Standardiser(**document["weather"]),

@@ -1,8 +1,11 @@
-"""Leak-free tabular features of attempts, past or planned, by one SQL step.
+"""Leak-free tabular features of attempts, past or planned, by one SQL step over history tables.
 
-`sql/features_tabular.sql` reads the attempts from a relation named `attempt_input` (the
-columns of `ATTEMPT_INPUT_SCHEMA`) and everything else from the warehouse's clean tables, so the
-build (all attempts) and prediction (one planned attempt) compute features the same way.
+`sql/features_history.sql` turns the clean tables into per-season history tables (members and
+summits per season, peak, route, agency and climber; the peaks' facts). `sql/features_tabular.sql`
+reads the attempts from a relation named `attempt_input` (the columns of `ATTEMPT_INPUT_SCHEMA`)
+and everything else from those history tables. The features stage builds them from the
+warehouse; a registered model carries a frozen copy (`HISTORY_TABLES`), so serving computes a
+planned attempt's features with the same SQL as training, as of the records it was trained with.
 """
 
 from __future__ import annotations
@@ -11,26 +14,27 @@ import duckdb
 import polars as pl
 
 from pipeline.errors import PipelineError
-from pipeline.features.spec import (
-    BINARY_FEATURES,
-    CATEGORICAL_FEATURES,
-    NUMERIC_FEATURES,
-)
-from pipeline.warehouse import query
+from pipeline.features.spec import TABULAR_INPUTS
+from pipeline.warehouse import query, registered, run
 
-# What an attempt must say about itself: the expedition and the member as planned. No outcome.
+# What an attempt says about itself: the expedition and the member as planned, and the
+# expedition's details known before the push. No outcome, except `oxygen_used`, which only the
+# retrospective profile's models read (pipeline/features/spec.py).
 ATTEMPT_INPUT_SCHEMA: dict[str, pl.DataType] = {
     "expid": pl.String(),
     "member_id": pl.String(),
     "year": pl.Int32(),
     "season": pl.String(),
     "peakid": pl.String(),
-    "smtdate": pl.Date(),
+    "smtdate": pl.Date(),  # the push day D
     "route1": pl.String(),
     "style": pl.String(),
     "totmembers": pl.Int32(),
     "commercial": pl.Boolean(),
-    "o2used": pl.Boolean(),
+    "o2_planned": pl.Boolean(),  # the expedition's oxygen plan
+    "agency": pl.String(),
+    "hired_staff": pl.Int32(),
+    "basecamp_date": pl.Date(),
     "sex": pl.String(),
     "age": pl.Int32(),
     "citizenship": pl.String(),
@@ -40,29 +44,50 @@ ATTEMPT_INPUT_SCHEMA: dict[str, pl.DataType] = {
     "climber_id": pl.String(),
 }
 ATTEMPT_KEYS: tuple[str, ...] = ("expid", "member_id", "year", "smtdate")
-TABULAR_FEATURES: tuple[str, ...] = (*NUMERIC_FEATURES, *CATEGORICAL_FEATURES, *BINARY_FEATURES)
+TABULAR_FEATURES: tuple[str, ...] = tuple(i.name for i in TABULAR_INPUTS)
+# The tables sql/features_tabular.sql reads besides the attempts: built by
+# sql/features_history.sql, and frozen into every registered model.
+HISTORY_TABLES: tuple[str, ...] = (
+    "history_seasons",
+    "history_peaks",
+    "history_routes",
+    "history_agencies",
+    "history_climbers",
+    "history_peak_facts",
+)
+
+
+def build_history(con: duckdb.DuckDBPyConnection) -> None:
+    """The history tables, from the warehouse's clean tables (members, expeditions,
+    expedition_details, peaks)."""
+    run(con, "features_history")
+
+
+def history_frames(con: duckdb.DuckDBPyConnection) -> dict[str, pl.DataFrame]:
+    """The history tables as frames (what a model freezes)."""
+    return {name: con.table(name).pl() for name in HISTORY_TABLES}
+
+
+def register_history(con: duckdb.DuckDBPyConnection, frames: dict[str, pl.DataFrame]) -> None:
+    """Frozen history frames as the tables sql/features_tabular.sql reads (serving)."""
+    for name in HISTORY_TABLES:
+        con.register(name, frames[name])
 
 
 def attempt_features(
-    con: duckdb.DuckDBPyConnection,
-    attempts: pl.DataFrame,
-    weather_source: str,
-    prior_strength: float,
+    con: duckdb.DuckDBPyConnection, attempts: pl.DataFrame, prior_strength: float
 ) -> pl.DataFrame:
-    """Attempt keys, the weather window key (peakid, smtdate, weather_source) and the 20
-    tabular features of each row of `attempts` (columns of `ATTEMPT_INPUT_SCHEMA`; extra
-    columns are ignored, so an outcome column given here cannot reach the features).
+    """Attempt keys, the weather window key (peakid, smtdate) and every declared tabular input
+    of each row of `attempts` (the columns of `ATTEMPT_INPUT_SCHEMA`; extra columns are
+    ignored, so an outcome column given here cannot reach the features), from the history
+    tables `con` holds.
 
-    `prior_strength` is `settings.features.success_rate_prior_strength` of the build; a
-    prediction passes the value its model was trained with (saved in preprocessing.json)."""
+    `prior_strength` is `features.success_rate_prior_strength` of the build; serving passes the
+    value its model was trained with."""
     missing = [name for name in ATTEMPT_INPUT_SCHEMA if name not in attempts.columns]
     if missing:
         raise PipelineError(f"attempts to featurise lack column(s): {', '.join(missing)}")
-    con.register("attempt_input", attempts.select(*ATTEMPT_INPUT_SCHEMA).cast(ATTEMPT_INPUT_SCHEMA))
-    try:
+    attempt_input = attempts.select(*ATTEMPT_INPUT_SCHEMA).cast(ATTEMPT_INPUT_SCHEMA)
+    with registered(con, attempt_input=attempt_input):
         features = query(con, "features_tabular", {"prior_strength": prior_strength})
-    finally:
-        con.unregister("attempt_input")
-    return features.with_columns(pl.lit(weather_source).alias("weather_source")).select(
-        *ATTEMPT_KEYS, "weather_source", *TABULAR_FEATURES
-    )
+    return features.select(*ATTEMPT_KEYS, *TABULAR_FEATURES)

@@ -13,7 +13,7 @@ import pandera.polars as pa
 import polars as pl
 
 from pipeline.errors import PipelineError
-from pipeline.features.spec import BINARY_FEATURES, CATEGORICAL_FEATURES, NUMERIC_FEATURES
+from pipeline.features.spec import TABULAR_INPUTS
 from pipeline.records import expectations as expectations_module
 from pipeline.records.expectations import validate_frame
 
@@ -26,10 +26,15 @@ LABEL_RATE_BOUNDS: tuple[float, float] = (0.05, 0.95)
 # Never missing: keys, the label, and features every expedition and peak record carries.
 REQUIRED_COLUMNS: tuple[str, ...] = (
     "expid", "member_id", "year", "smtdate", "weather_source", "split", "label",
-    "peakid", "season", "himal", "heightm", "totmembers",
+    "peakid", "season", "himal", "heightm",
 )  # fmt: skip
 # Missing now and then in the records (and then masked); mostly present all the same.
-MOSTLY_PRESENT: dict[str, float] = {"age": 0.8, "sex": 0.95, "nationality": 0.95}
+MOSTLY_PRESENT: dict[str, float] = {
+    "age": 0.8,
+    "sex": 0.95,
+    "nationality": 0.95,
+    "totmembers": 0.95,  # 0 members in the records means "not recorded": missing
+}
 
 NUMERIC_RANGES: dict[str, tuple[float, float | None]] = {
     "age": (1, 100),
@@ -40,6 +45,9 @@ NUMERIC_RANGES: dict[str, tuple[float, float | None]] = {
     "heightm": (0, 8849),
     "route_success_rate": (0, 1),
     "peak_success_rate": (0, 1),
+    "staff_per_member": (0, None),
+    "days_at_base_camp": (0, 120),
+    "agency_success_rate": (0, 1),
 }
 
 
@@ -57,14 +65,15 @@ def features_schema() -> pa.DataFrameSchema:
         "split": pa.Column(pl.String, pa.Check.isin(SPLITS)),
         "label": pa.Column(pl.Boolean),
     }
-    for name in NUMERIC_FEATURES:
-        columns[name] = pa.Column(
-            pl.Float64, _range_check(*NUMERIC_RANGES[name]), nullable=name not in REQUIRED_COLUMNS
-        )
-    for name in CATEGORICAL_FEATURES:
-        columns[name] = pa.Column(pl.String, nullable=name not in REQUIRED_COLUMNS)
-    for name in BINARY_FEATURES:
-        columns[name] = pa.Column(pl.Int32, pa.Check.isin([0, 1]), nullable=True)
+    for feature in TABULAR_INPUTS:
+        name = feature.name
+        if feature.kind == "numeric":
+            check = _range_check(*NUMERIC_RANGES[name])
+            columns[name] = pa.Column(pl.Float64, check, nullable=name not in REQUIRED_COLUMNS)
+        elif feature.kind == "categorical":
+            columns[name] = pa.Column(pl.String, nullable=name not in REQUIRED_COLUMNS)
+        else:
+            columns[name] = pa.Column(pl.Int32, pa.Check.isin([0, 1]), nullable=True)
     return pa.DataFrameSchema(columns, strict=True, unique=["member_id", "year"])
 
 

@@ -1,26 +1,26 @@
-"""Multi-scale weather windows: 26 tokens × 15 variables per (peak, date), built in SQL.
+"""Multi-scale weather windows: 26 tokens × 16 channels per (peak, date), built in SQL.
 
-The token layout comes from `feature_spec.WINDOW_SCALES` as a small `window_days` table
-(token → the days before the window date it averages); `sql/features_weather_windows.sql`
-computes every window at once from it. The same query serves the build (all attempt dates)
-and prediction (one planned date, `window_for`).
+The token layout comes from `spec.WINDOW_SCALES` as a small `window_days` table (token → the
+days before the window date it averages); `sql/features_weather_windows.sql` computes every
+window at once from it. The same query serves the build (all attempt dates) and serving (each
+planned attempt's own 90 days, pipeline/serve/scoring.py).
 """
 
 from __future__ import annotations
-
-import datetime as dt
 
 import duckdb
 import numpy as np
 import polars as pl
 
 from pipeline.features.spec import (
-    CIRCULAR_WEATHER_VARIABLES,
+    DIRECTION_CHANNELS,
+    DIRECTION_VARIABLE,
+    WEATHER_CHANNELS,
     WEATHER_TOKENS,
     WEATHER_VARIABLES,
     WINDOW_SCALES,
 )
-from pipeline.warehouse import sql
+from pipeline.warehouse import registered, sql
 
 WINDOW_KEY: tuple[str, str] = ("peakid", "date")
 
@@ -58,18 +58,23 @@ def window_days() -> pl.DataFrame:
     )
 
 
-def _aggregate(variable: str) -> str:
+def _aggregates(variable: str) -> list[str]:
+    """The token's aggregate(s) of one stored variable: its mean; for the wind direction, the
+    mean of its sine and of its cosine (the components of the mean direction vector, whose
+    length says how steady the direction was), never a mean of degrees."""
     column = f'w."{variable}"'
-    if variable in CIRCULAR_WEATHER_VARIABLES:
-        mean = f"degrees(atan2(avg(sin(radians({column}))), avg(cos(radians({column})))))"
-        # fmod keeps a tiny negative angle's + 360 from landing on 360 itself.
-        return f'fmod({mean} + 360.0, 360.0) AS "{variable}"'
-    return f'avg({column}) AS "{variable}"'
+    if variable == DIRECTION_VARIABLE:
+        sine, cosine = DIRECTION_CHANNELS
+        return [
+            f'avg(sin(radians({column}))) AS "{sine}"',
+            f'avg(cos(radians({column}))) AS "{cosine}"',
+        ]
+    return [f'avg({column}) AS "{variable}"']
 
 
 def windows_sql() -> str:
     """The windows query with its per-variable aggregates rendered from the feature spec."""
-    aggregates = ",\n        ".join(_aggregate(name) for name in WEATHER_VARIABLES)
+    aggregates = ",\n        ".join(a for name in WEATHER_VARIABLES for a in _aggregates(name))
     return sql("features_weather_windows").replace("{{weather_aggregates}}", aggregates)
 
 
@@ -77,30 +82,18 @@ def compute_windows(
     con: duckdb.DuckDBPyConnection, targets: pl.DataFrame, weather_source: str
 ) -> pl.DataFrame:
     """Windows for every (peakid, date) of `targets`: 26 rows each, ordered by key and token,
-    with the 15 variables, `days_before`, `day_of_year` and the window's `missing_days`."""
-    con.register("window_targets", targets.select(WINDOW_KEY).unique())
-    con.register("window_days", window_days())
-    try:
+    with the 16 weather channels, `days_before`, `day_of_year` and the window's
+    `missing_days`."""
+    with registered(
+        con, window_targets=targets.select(WINDOW_KEY).unique(), window_days=window_days()
+    ):
         return con.sql(windows_sql(), params={"source": weather_source}).pl()
-    finally:
-        con.unregister("window_targets")
-        con.unregister("window_days")
-
-
-def window_for(
-    con: duckdb.DuckDBPyConnection, peakid: str, date: dt.date, weather_source: str
-) -> pl.DataFrame:
-    """The window of one planned attempt (26 rows; missing days show in `missing_days`)."""
-    target = pl.DataFrame(
-        {"peakid": [peakid], "date": [date]}, schema={"peakid": pl.String, "date": pl.Date}
-    )
-    return compute_windows(con, target, weather_source)
 
 
 def window_tensors(
     windows: pl.DataFrame,
 ) -> tuple[pl.DataFrame, np.ndarray, np.ndarray, np.ndarray]:
-    """Windows frame → (keys (W rows: peakid, date), values (W, 26, 15) float64 with NaN for
+    """Windows frame → (keys (W rows: peakid, date), values (W, 26, 16) float64 with NaN for
     NULL, days_before (W, 26), day_of_year (W, 26)), in key order."""
     ordered = windows.sort([*WINDOW_KEY, "token"])
     if ordered.height % WEATHER_TOKENS:
@@ -110,11 +103,11 @@ def window_tensors(
     count = ordered.height // WEATHER_TOKENS
     keys = ordered.select(WINDOW_KEY).gather_every(WEATHER_TOKENS)
     values = (
-        ordered.select(WEATHER_VARIABLES)
+        ordered.select(WEATHER_CHANNELS)
         .cast(pl.Float64)
         .fill_null(float("nan"))
         .to_numpy()
-        .reshape(count, WEATHER_TOKENS, len(WEATHER_VARIABLES))
+        .reshape(count, WEATHER_TOKENS, len(WEATHER_CHANNELS))
     )
     days_before = ordered["days_before"].to_numpy().reshape(count, WEATHER_TOKENS)
     day_of_year = ordered["day_of_year"].to_numpy().reshape(count, WEATHER_TOKENS)

@@ -1,10 +1,13 @@
 """The records stage: sources → raw tables → validation → clean tables and quarantine.
 
-Every source is read before anything is written, so an unreadable input changes nothing; then
-one transaction replaces each source's raw rows, rebuilds the clean tables and the quarantine of
-the records tables. Peaks load first: members and expeditions are checked against known peaks.
-Every row read ends in exactly one place (clean table or quarantine), and that is verified on
-the stored tables before the stage reports.
+Every source is read and validated before the warehouse is opened, so an unreadable input
+changes nothing and the write lock is held only for the write. Peaks load first: members and
+expeditions are checked against known peaks. The blocking Great Expectations suites run on the
+rows about to be written; a table that fails one is not written. Then one transaction replaces
+each source's raw rows, rebuilds the clean tables and the quarantine of the records tables, and
+commits only if every row read ends in exactly one place (clean table or quarantine, counted
+as stored) and no clean table shrinks by more than `ingest.max_shrink` (a truncated download
+parses fine; `ingest.allow_shrink` accepts a smaller source on purpose).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import duckdb
 import polars as pl
 
 from pipeline import warehouse
-from pipeline.config import Settings
+from pipeline.config import IngestConfig, Settings
 from pipeline.context import RunContext
 from pipeline.errors import PipelineError
 from pipeline.records import loaders as records
@@ -30,7 +33,8 @@ from pipeline.records.expectations import (
 from pipeline.records.loaders import ROW, RawTable
 from pipeline.records.validation import Split, columns_of, validate_table
 
-TABLES = ("peaks", "expeditions", "members")  # load order: peak ids first
+# Load order: peak ids first (the others are checked against them).
+TABLES = ("peaks", "expeditions", "expedition_details", "members")
 TOP_REASONS = 5
 
 
@@ -108,6 +112,8 @@ def ingest_records(settings: Settings, context: RunContext) -> IngestReport:
 
     Raises pipeline.errors.SourceUnreadable (one line naming the input) when a source cannot be
     read at all; rows that are only partly wrong go to quarantine with their reason.
+    Raises PipelineError, with nothing written, when a clean table fails a blocking
+    expectation or would shrink by more than settings.ingest.max_shrink.
     """
     started = time.perf_counter()
     raws = _load_sources(settings)
@@ -117,22 +123,24 @@ def ingest_records(settings: Settings, context: RunContext) -> IngestReport:
         splits[table] = validate_table(raws[table].mapped(), table, known_peaks)
         if table == "peaks":
             known_peaks = splits[table].clean["peakid"]
-    path = settings.paths.warehouse
-    with warehouse.connect(path) as con:
-        _write(con, raws, splits)
-        counts = _verified_counts(con, raws)
-        stored = {table: con.sql(f'SELECT * FROM "{table}"').pl() for table in TABLES}
-    # The same digest as warehouse.table_digest, from the frames read once for the suite too.
-    digests = {table: warehouse.frame_digest(frame) for table, frame in stored.items()}
+    incoming = {table: splits[table].clean.select(list(columns_of(table))) for table in TABLES}
     context.run_dir.mkdir(parents=True, exist_ok=True)
+    # An optional source left out of the configuration has no rows to judge.
+    checked = [table for table in TABLES if raws[table].source != records.NOT_CONFIGURED]
     results = validate_frames(
-        {table: (stored[table], clean_table_expectations(table)) for table in TABLES},
+        {table: (incoming[table], clean_table_expectations(table)) for table in checked},
         context.run_dir,
     )
+    _refuse_blocking_failures(raws, results)
+    path = settings.paths.warehouse
+    with warehouse.connect(path, lock_timeout_s=settings.warehouse.lock_timeout_s) as con:
+        counts, stored = _write(con, raws, splits, incoming, settings.ingest)
+    # The same digest as warehouse.table_digest, of the tables as stored.
+    digests = {table: warehouse.frame_digest(frame) for table, frame in stored.items()}
     return IngestReport(
         sources=counts,
         digests=digests,
-        expectations=tuple(results[table] for table in TABLES),
+        expectations=tuple(results.values()),
         data_docs=next(iter(results.values())).docs_index,
         warehouse=path,
         seconds=time.perf_counter() - started,
@@ -152,28 +160,59 @@ def _load_sources(settings: Settings) -> dict[str, RawTable]:
         members = records.load_hdb(location(sources.hdb_members), records.HDB_MEMBERS)
     else:
         members = records.load_members(location(sources.members))
-    return {"peaks": peaks, "expeditions": expeditions, "members": members}
+    details = (
+        records.load_expedition_details(location(sources.expedition_details))
+        if sources.expedition_details
+        else records.empty_table(records.EXPEDITION_DETAILS)
+    )
+    return {
+        "peaks": peaks,
+        "expeditions": expeditions,
+        "expedition_details": details,
+        "members": members,
+    }
+
+
+def _refuse_blocking_failures(
+    raws: dict[str, RawTable], results: dict[str, ExpectationResult]
+) -> None:
+    """Stop before writing when a clean table breaks an expectation of severity critical."""
+    for table, result in results.items():
+        if result.blocking:
+            raise PipelineError(
+                f"{raws[table].source}: the {table} table it gives fails "
+                f"{', '.join(result.blocking)}; nothing written (results: {result.results_path})"
+            )
 
 
 def _write(
-    con: duckdb.DuckDBPyConnection, raws: dict[str, RawTable], splits: dict[str, Split]
-) -> None:
-    """One transaction: raw rows replaced per source, clean tables and quarantine rebuilt."""
+    con: duckdb.DuckDBPyConnection,
+    raws: dict[str, RawTable],
+    splits: dict[str, Split],
+    incoming: dict[str, pl.DataFrame],
+    guards: IngestConfig,
+) -> tuple[tuple[SourceCounts, ...], dict[str, pl.DataFrame]]:
+    """One transaction: raw rows replaced per source, clean tables and quarantine rebuilt;
+    committed only when no table shrinks too much and the stored counts add up. Returns the
+    counts and the clean tables as stored."""
     warehouse.run(con, "ingest_create_tables")
     warehouse.run(con, "quarantine_create_table")
     con.begin()
     try:
+        _refuse_shrinking(con, raws, incoming, guards)
         for table in TABLES:
-            raw, split = raws[table], splits[table]
+            raw = raws[table]
             _register(con, "incoming_raw", _raw_rows(raw))
             con.execute(warehouse.sql("ingest_replace_raw").format(raw_table=raw.layout.name))
-            _register(con, "incoming_clean", split.clean.select(list(columns_of(table))))
+            _register(con, "incoming_clean", incoming[table])
             con.execute(warehouse.sql("ingest_replace_clean").format(clean_table=table))
         _register(
             con, "incoming_quarantine", pl.concat([_quarantine(raws[t], splits[t]) for t in TABLES])
         )
         _register(con, "incoming_scope", pl.DataFrame({"table_name": list(TABLES)}))
         warehouse.run(con, "ingest_replace_quarantine")
+        counts = _verified_counts(con, raws)
+        stored = {table: con.sql(f'SELECT * FROM "{table}"').pl() for table in TABLES}
         con.commit()
     except BaseException:
         con.rollback()
@@ -181,6 +220,30 @@ def _write(
     finally:
         for name in ("incoming_raw", "incoming_clean", "incoming_quarantine", "incoming_scope"):
             con.unregister(name)
+    return counts, stored
+
+
+def _refuse_shrinking(
+    con: duckdb.DuckDBPyConnection,
+    raws: dict[str, RawTable],
+    incoming: dict[str, pl.DataFrame],
+    guards: IngestConfig,
+) -> None:
+    """Stop when a clean table would lose more than `guards.max_shrink` of its stored rows."""
+    if guards.allow_shrink:
+        return
+    stored = dict(warehouse.query(con, "ingest_summary").select("table_name", "clean").iter_rows())
+    for table in TABLES:
+        if raws[table].source == records.NOT_CONFIGURED:
+            continue  # emptied on purpose
+        before, after = stored[table], incoming[table].height
+        if before and (before - after) / before > guards.max_shrink:
+            raise PipelineError(
+                f"{raws[table].source}: would leave {after:,} clean {table} rows where "
+                f"{before:,} are stored ({(before - after) / before:.0%} fewer, more than "
+                f"ingest.max_shrink = {guards.max_shrink:.0%}); nothing written. A truncated "
+                "download? If the source is smaller on purpose, pass --allow-shrink"
+            )
 
 
 def _register(con: duckdb.DuckDBPyConnection, name: str, frame: pl.DataFrame) -> None:
@@ -207,7 +270,8 @@ def _quarantine(raw: RawTable, split: Split) -> pl.DataFrame:
 def _verified_counts(
     con: duckdb.DuckDBPyConnection, raws: dict[str, RawTable]
 ) -> tuple[SourceCounts, ...]:
-    """Counts as stored; a row read that is neither clean nor quarantined stops the stage."""
+    """Counts as stored (before the commit); a row read that is neither clean nor quarantined
+    stops the stage."""
     stored = {row["table_name"]: row for row in warehouse.query(con, "ingest_summary").to_dicts()}
     reasons = warehouse.query(con, "ingest_top_reasons")
     counts = []

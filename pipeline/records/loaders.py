@@ -254,6 +254,27 @@ def _bundle_expeditions(rows: pl.DataFrame) -> pl.DataFrame:
     return _missing_to_null(rows)
 
 
+def _tidytuesday_expeditions(rows: pl.DataFrame) -> pl.DataFrame:
+    return _missing_to_null(rows).select(
+        ROW,
+        expid="expedition_id",
+        year="year",
+        peakid="peak_id",
+        season="season",
+        basecamp_date="basecamp_date",
+        highpoint_date="highpoint_date",
+        termination_date="termination_date",
+        termination_reason="termination_reason",
+        highpoint_metres="highpoint_metres",
+        members="members",
+        member_deaths="member_deaths",
+        hired_staff="hired_staff",
+        hired_staff_deaths="hired_staff_deaths",
+        oxygen_used="oxygen_used",
+        trekking_agency="trekking_agency",
+    )
+
+
 def _bundle_peaks(rows: pl.DataFrame) -> pl.DataFrame:
     rows = _missing_to_null(rows)
     # The bundle leaves coord_source blank where the source had no coordinates at all.
@@ -431,6 +452,31 @@ EXPEDITIONS = Layout(
     (),
     _bundle_expeditions,
 )
+# The TidyTuesday 2020 expeditions file (data/README.md §2b), joined on (expedition id, year).
+EXPEDITION_DETAILS = Layout(
+    "raw_expeditions_tidytuesday",
+    "expedition_details",
+    (
+        "expedition_id",
+        "peak_id",
+        "peak_name",
+        "year",
+        "season",
+        "basecamp_date",
+        "highpoint_date",
+        "termination_date",
+        "termination_reason",
+        "highpoint_metres",
+        "members",
+        "member_deaths",
+        "hired_staff",
+        "hired_staff_deaths",
+        "oxygen_used",
+        "trekking_agency",
+    ),
+    (),
+    _tidytuesday_expeditions,
+)
 PEAKS = Layout(
     "raw_peaks",
     "peaks",
@@ -492,6 +538,16 @@ HDB_EXPEDITIONS = Layout(
 )
 
 
+NOT_CONFIGURED = "not configured"
+
+
+def empty_table(layout: Layout) -> RawTable:
+    """A source that is not configured: no rows (its clean table is emptied on load)."""
+    rows = pl.DataFrame(schema={ROW: pl.Int64, **dict.fromkeys(layout.columns, pl.String)})
+    bad_lines = pl.DataFrame(schema=BAD_LINE_SCHEMA)
+    return RawTable(layout, NOT_CONFIGURED, hashlib.sha256(b"").hexdigest(), rows, bad_lines)
+
+
 def load_members(location: str) -> RawTable:
     """Members in the TidyTuesday 2020 layout (`members.csv`, gzip or not)."""
     return load_table(location, MEMBERS)
@@ -500,6 +556,11 @@ def load_members(location: str) -> RawTable:
 def load_expeditions(location: str) -> RawTable:
     """Expeditions in the bundle layout (`expeditions.csv`, HDB export with `smtdate`)."""
     return load_table(location, EXPEDITIONS)
+
+
+def load_expedition_details(location: str) -> RawTable:
+    """Expeditions in the TidyTuesday 2020 layout (`expeditions.csv`, gzip or not)."""
+    return load_table(location, EXPEDITION_DETAILS)
 
 
 def load_peaks(location: str) -> RawTable:

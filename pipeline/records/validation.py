@@ -33,6 +33,11 @@ AGE_RANGE = (1, 100)
 # highpoint in the records is 8850, so that figure, not 8849, bounds a recorded height.
 MAX_PEAK_HEIGHT_M = 8849
 MAX_RECORDED_HEIGHT_M = 8850
+# Upper bounds of the counts, far above anything recorded (the bundle's largest expedition has
+# 99 members, 39 of them on the summit, and 34 camps) and far below the warehouse's INTEGER
+# limit: a value beyond them is a typo or a corrupt cell, and its row is quarantined with it.
+MAX_EXPEDITION_MEMBERS = 999
+MAX_CAMPS = 99
 NEPAL_LATITUDE = (26.3, 30.5)
 NEPAL_LONGITUDE = (80.0, 88.3)
 PUBLISHED_TOLERANCE_KM = 5.0
@@ -74,6 +79,7 @@ def _range(bounds: tuple[float, float]) -> dict[str, float]:
 
 _RECORDED_HEIGHT = _range((0, MAX_RECORDED_HEIGHT_M))
 _YEARS = _range((FIRST_YEAR, THIS_YEAR))
+_MEMBER_COUNT = _range((0, MAX_EXPEDITION_MEMBERS))
 
 
 def _first_of_key(data: pa.PolarsData, keys: tuple[str, ...]) -> pl.LazyFrame:
@@ -133,15 +139,15 @@ class ExpeditionsModel(pa.DataFrameModel):
     year: int = pa.Field(nullable=False, in_range=_YEARS)
     season: str = pa.Field(nullable=False, isin=SEASONS)
     route1: str = pa.Field(nullable=True)
-    totmembers: int = pa.Field(nullable=True, ge=0)
-    smtmembers: int = pa.Field(nullable=True, ge=0)
+    totmembers: int = pa.Field(nullable=True, in_range=_MEMBER_COUNT)
+    smtmembers: int = pa.Field(nullable=True, in_range=_MEMBER_COUNT)
     smtdate: dt.date = pa.Field(nullable=True)
     success: bool = pa.Field(nullable=False)
     termreason: str = pa.Field(nullable=True)
     highpoint: int = pa.Field(nullable=True, in_range=_RECORDED_HEIGHT)
     o2used: bool = pa.Field(nullable=True)
     commercial: bool = pa.Field(nullable=True)
-    camps: int = pa.Field(nullable=True, ge=0)
+    camps: int = pa.Field(nullable=True, in_range=_range((0, MAX_CAMPS)))
     style: str = pa.Field(nullable=True)
     source: str = pa.Field(nullable=False)
 
@@ -156,6 +162,41 @@ class ExpeditionsModel(pa.DataFrameModel):
     def summit_date_in_season(cls, data: pa.PolarsData) -> pl.LazyFrame:
         offset = pl.col("smtdate").dt.year() - pl.col("year")
         return data.lazyframe.select(pl.col("smtdate").is_null() | offset.is_between(0, 1))
+
+
+class ExpeditionDetailsModel(pa.DataFrameModel):
+    """The TidyTuesday expeditions layout: what the expedition knew before the push (base-camp
+    date, agency, team and staff sizes) and what it recorded after (kept, never a model input:
+    pipeline/features/spec.py)."""
+
+    expid: str = pa.Field(nullable=False)
+    year: int = pa.Field(nullable=False, in_range=_YEARS)
+    peakid: str = pa.Field(nullable=False)
+    season: str = pa.Field(nullable=False, isin=SEASONS)
+    basecamp_date: dt.date = pa.Field(nullable=True)
+    highpoint_date: dt.date = pa.Field(nullable=True)
+    termination_date: dt.date = pa.Field(nullable=True)
+    termination_reason: str = pa.Field(nullable=True)
+    highpoint_metres: int = pa.Field(nullable=True, in_range=_RECORDED_HEIGHT)
+    members: int = pa.Field(nullable=True, in_range=_MEMBER_COUNT)
+    member_deaths: int = pa.Field(nullable=True, in_range=_MEMBER_COUNT)
+    hired_staff: int = pa.Field(nullable=True, in_range=_MEMBER_COUNT)
+    hired_staff_deaths: int = pa.Field(nullable=True, in_range=_MEMBER_COUNT)
+    oxygen_used: bool = pa.Field(nullable=True)
+    trekking_agency: str = pa.Field(nullable=True)
+    source: str = pa.Field(nullable=False)
+
+    class Config:
+        strict = True
+
+    @pa.dataframe_check(error="duplicate key (expid, year): the first row is kept")
+    def unique_key(cls, data: pa.PolarsData) -> pl.LazyFrame:
+        return _first_of_key(data, ("expid", "year"))
+
+    @pa.dataframe_check(error="basecamp_date after highpoint_date")
+    def base_camp_before_the_high_point(cls, data: pa.PolarsData) -> pl.LazyFrame:
+        both = pl.col("basecamp_date").is_not_null() & pl.col("highpoint_date").is_not_null()
+        return data.lazyframe.select(~both | (pl.col("basecamp_date") <= pl.col("highpoint_date")))
 
 
 class MembersModel(pa.DataFrameModel):
@@ -193,11 +234,13 @@ class MembersModel(pa.DataFrameModel):
 MODELS: dict[str, type[pa.DataFrameModel]] = {
     "peaks": PeaksModel,
     "expeditions": ExpeditionsModel,
+    "expedition_details": ExpeditionDetailsModel,
     "members": MembersModel,
 }
 KEYS: dict[str, tuple[str, ...]] = {
     "peaks": ("peakid",),
     "expeditions": ("expid", "year"),
+    "expedition_details": ("expid", "year"),
     "members": ("member_id", "year"),
 }
 
@@ -279,7 +322,7 @@ def parse_strings(frame: pl.DataFrame, columns: dict[str, pl.DataType]) -> pl.Da
         cell = pl.col(name)
         errors.append(
             pl.when(cell.is_not_null() & value.is_null()).then(
-                pl.format("{} = '{}': {}", pl.lit(name), cell, pl.lit(problem))
+                pl.format("{} = '{}': {}", pl.lit(name), cell, problem)
             )
         )
     joined = pl.concat_str(errors, separator="; ", ignore_nulls=True)
@@ -290,23 +333,30 @@ def parse_strings(frame: pl.DataFrame, columns: dict[str, pl.DataType]) -> pl.Da
     )
 
 
-def _typed(name: str, dtype: pl.DataType) -> tuple[pl.Expr, str]:
+def _typed(name: str, dtype: pl.DataType) -> tuple[pl.Expr, pl.Expr]:
+    """The typed value (null where the cell does not parse) and why a cell did not parse."""
     text = pl.col(name).str.strip_chars()
     if dtype == pl.String:
-        return text, "not text"
+        return text, pl.lit("not text")
     if dtype == pl.Boolean:
         lowered = text.str.to_lowercase()
         value = pl.when(lowered.is_in(_TRUE)).then(True).when(lowered.is_in(_FALSE)).then(False)
-        return value, "not a boolean"
+        return value, pl.lit("not a boolean")
     if dtype == pl.Date:
         value = pl.coalesce(text.str.to_date(fmt, strict=False) for fmt in _DATE_FORMATS)
-        return value, "not a calendar date"
+        return value, pl.lit("not a calendar date")
     number = text.cast(pl.Float64, strict=False)
     if dtype == pl.Float64:
-        return number, "not a number"
+        return number, pl.lit("not a number")
     # Integers may be written as 7937.0 (the bundle's expeditions); 7937.5 is not an integer.
+    # Not a strict cast: Polars casts the whole column, and one cell beyond Int64 (1e30) would
+    # abort the load instead of costing its row. Within Int64, the models' bounds judge it.
     whole = number.is_finite() & (number == number.round(0))
-    return pl.when(whole).then(number.cast(pl.Int64)), "not an integer"
+    value = pl.when(whole).then(number.cast(pl.Int64, strict=False))
+    problem = (
+        pl.when(whole).then(pl.lit("integer out of range")).otherwise(pl.lit("not an integer"))
+    )
+    return value, problem
 
 
 def distance_km(lat1: pl.Expr, lon1: pl.Expr, lat2: pl.Expr, lon2: pl.Expr) -> pl.Expr:

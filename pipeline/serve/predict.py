@@ -1,37 +1,28 @@
-"""Scoring a planned attempt with the champion, through the training feature code.
+"""`deepsummit predict`: a thin client of the registered model.
 
-`deepsummit predict` states one member's planned push (peak, day, attributes); the features are
-built from the warehouse by the same SQL as training, the champion's pyfunc turns them into
-P(summit), and attention rollout names the tokens that weighed most.
+It states one member's planned push in the model's input layout (pipeline/serve/planned.py),
+adds the 90 days of weather up to the push day from the warehouse, in the source the champion
+was trained on, and asks the champion (its files checked against their registered digest). The
+features are built inside the model, by the training code, from what the model froze.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Any
 
 import duckdb
-import mlflow
-import numpy as np
+import pandas as pd
 import polars as pl
 
 from pipeline.config import Settings
 from pipeline.errors import PipelineError
-from pipeline.features.spec import WINDOW_DAYS
-from pipeline.features.tabular import ATTEMPT_INPUT_SCHEMA, attempt_features
-from pipeline.features.windows import window_for
-from pipeline.serve.pyfunc import TOKEN_NAMES, DeepSummitModel, token_importance
-from pipeline.train.trainer import predict_proba
+from pipeline.features.spec import WEATHER_VARIABLES, WINDOW_DAYS
+from pipeline.serve.planned import SEASON_BY_MONTH, parse_planned
+from pipeline.train.registry import TAG_WEATHER_SOURCE, champion_version, load_verified
 from pipeline.warehouse import connect, query
 
-# HDB seasons by month (the records' convention: Winter is December to February).
-SEASON_BY_MONTH = {
-    **dict.fromkeys((3, 4, 5), "Spring"),
-    **dict.fromkeys((6, 7, 8), "Summer"),
-    **dict.fromkeys((9, 10, 11), "Autumn"),
-    **dict.fromkeys((12, 1, 2), "Winter"),
-}
-AGE_RANGE = (1, 100)  # the ingest's range for member ages
 TOP_TOKENS = 5
 
 
@@ -39,30 +30,48 @@ TOP_TOKENS = 5
 class PlannedAttempt:
     """One member's planned summit push, as a person states it (no outcome)."""
 
-    peakid: str
-    date: dt.date
+    peak: str
+    push_date: dt.date
     age: int | None = None
     sex: str | None = None  # "M" / "F"
     nationality: str | None = None  # citizenship as the records spell it, e.g. "Nepal"
     role: str | None = "Climber"
     hired: bool = False
     team_size: int | None = None  # members of the expedition
-    oxygen: bool | None = None  # planned use of supplemental oxygen
-    commercial: bool | None = None
+    staff_size: int | None = None  # hired staff of the expedition
+    agency: str | None = None
     route: str | None = None  # route1 as the records spell it, e.g. "S Col-SE Ridge"
     style: str | None = None  # expedition style, e.g. "Standard"
+    commercial: bool | None = None
+    oxygen: bool | None = None  # the expedition plans supplemental oxygen
+    basecamp_date: dt.date | None = None
     climber_id: str | None = None  # native HDB export only: enables experience features
+    season: str | None = None  # default: from the push date
 
     @property
-    def season(self) -> str:
-        return SEASON_BY_MONTH[self.date.month]
+    def season_name(self) -> str:
+        return self.season or SEASON_BY_MONTH[self.push_date.month]
+
+    def record(self) -> dict[str, Any]:
+        """The attempt in the model's input layout, without its weather. Counts go as floats:
+        the signature's numbers are doubles (a count may be missing), and MLflow refuses an
+        integer column for a double."""
+        values = asdict(self)
+        for name in ("age", "team_size", "staff_size"):
+            values[name] = None if values[name] is None else float(values[name])
+        values["push_date"] = self.push_date.isoformat()
+        if self.basecamp_date is not None:
+            values["basecamp_date"] = self.basecamp_date.isoformat()
+        return values
 
 
 @dataclass(frozen=True)
 class Prediction:
     probability: float
-    top_tokens: tuple[tuple[str, float], ...]  # (token name, share of CLS attention rollout)
-    notes: tuple[str, ...]
+    low: float
+    high: float
+    top_tokens: str
+    notes: str
     model_uri: str
     model_version: str
     weather_source: str
@@ -71,80 +80,25 @@ class Prediction:
     def render(self) -> str:
         a = self.attempt
         lines = [
-            f"P(summit) = {self.probability:.3f} for {a.peakid} on {a.date} ({a.season}), "
-            f"model {self.model_uri} (v{self.model_version}, weather {self.weather_source})",
+            f"P(summit) = {self.probability:.3f} (seeds {self.low:.3f}–{self.high:.3f}) for "
+            f"{a.peak} on {a.push_date} ({a.season_name}), model {self.model_uri} "
+            f"(v{self.model_version}, weather {self.weather_source})",
             "tokens that weighed most (attention rollout from CLS):",
-            *(f"  {name:<32}{share:>7.1%}" for name, share in self.top_tokens),
+            *(f"  {token.strip()}" for token in self.top_tokens.split(";") if token.strip()),
         ]
-        lines += [f"note: {note}" for note in self.notes]
+        lines += [f"note: {note.strip()}" for note in self.notes.split(";") if note.strip()]
         return "\n".join(lines)
 
 
-def predict_attempt(settings: Settings, planned: PlannedAttempt) -> Prediction:
-    """Score a planned attempt with the champion, through the training feature code."""
-    with connect(settings.paths.warehouse, read_only=True) as con:
-        _check_attempt(con, planned)  # before the model download: bad input fails at once
-    name, alias = settings.mlflow.registered_model, settings.mlflow.champion_alias
-    client = mlflow.MlflowClient(settings.mlflow.tracking_uri)
-    try:
-        version = str(client.get_model_version_by_alias(name, alias).version)
-    except mlflow.exceptions.MlflowException:
-        raise PipelineError(
-            f"no model {name}@{alias} at {settings.mlflow.tracking_uri}: run `deepsummit train`"
-        ) from None
-    uri = f"models:/{name}/{version}"  # pinned: the alias may move while this runs
-    mlflow.set_tracking_uri(settings.mlflow.tracking_uri)
-    pyfunc = mlflow.pyfunc.load_model(uri)
-    champion: DeepSummitModel = pyfunc.unwrap_python_model()
-    preprocessor = champion.preprocessor
-    source = preprocessor.weather_source
-    with connect(settings.paths.warehouse, read_only=True) as con:
-        window = window_for(con, planned.peakid, planned.date, source)
-        missing = int(window["missing_days"].max()) if window.height else WINDOW_DAYS
-        allowed = int(preprocessor.extra.get("max_missing_days", 0))
-        if missing > allowed:
-            raise PipelineError(
-                f"no weather for {planned.peakid} on {planned.date} in source {source!r}: "
-                f"{missing} of {WINDOW_DAYS} window days missing (at most {allowed} allowed); "
-                "load that period with `deepsummit weather` first"
-            )
-        features = attempt_features(
-            con,
-            _attempt_row(planned),
-            source,
-            float(preprocessor.extra.get("success_rate_prior_strength", 0.0)),
-        )
-    arrays = preprocessor.transform(features, window)
-    probability = float(predict_proba(champion.model, arrays)[0])
-    shares = token_importance(champion.model, arrays)[0]
-    order = np.argsort(shares)[::-1][:TOP_TOKENS]
-    return Prediction(
-        probability=probability,
-        top_tokens=tuple((TOKEN_NAMES[1 + i], float(shares[i])) for i in order),
-        notes=tuple(preprocessor.unknown_notes(features)),
-        model_uri=f"models:/{name}@{alias}",
-        model_version=version,
-        weather_source=source,
-        attempt=planned,
-    )
-
-
-def _check_attempt(con: duckdb.DuckDBPyConnection, planned: PlannedAttempt) -> None:
-    """Input a model would silently mis-read: one clear line each."""
-    low, high = AGE_RANGE
-    if planned.age is not None and not low <= planned.age <= high:
-        raise PipelineError(f"age {planned.age}: not in {low}..{high}")
-    if planned.sex not in (None, "M", "F"):
-        raise PipelineError(f"sex {planned.sex!r}: expected M or F")
-    if planned.team_size is not None and planned.team_size < 1:
-        raise PipelineError(f"team size {planned.team_size}: must be at least 1")
+def check_known(con: duckdb.DuckDBPyConnection, planned: PlannedAttempt) -> None:
+    """Input the records have never seen: one clear line each, before any model is loaded."""
     [known] = query(
         con,
         "serving_known_inputs",
-        {"peakid": planned.peakid, "nationality": planned.nationality},
+        {"peakid": planned.peak, "nationality": planned.nationality},
     ).to_dicts()
     if not known["peak_known"]:
-        raise PipelineError(f"unknown peak {planned.peakid!r}: not in the warehouse's peaks table")
+        raise PipelineError(f"unknown peak {planned.peak!r}: not in the warehouse's peaks table")
     if not known["nationality_known"]:
         raise PipelineError(
             f"unknown nationality {planned.nationality!r}: no member of the records has "
@@ -152,30 +106,54 @@ def _check_attempt(con: duckdb.DuckDBPyConnection, planned: PlannedAttempt) -> N
         )
 
 
-def _attempt_row(planned: PlannedAttempt) -> pl.DataFrame:
-    """The planned attempt in the features stage's attempt input layout."""
-    return pl.DataFrame(
-        [
-            {
-                "expid": "PLANNED",
-                "member_id": "PLANNED-01",
-                "year": planned.date.year,
-                "season": planned.season,
-                "peakid": planned.peakid,
-                "smtdate": planned.date,
-                "route1": planned.route,
-                "style": planned.style,
-                "totmembers": planned.team_size,
-                "commercial": planned.commercial,
-                "o2used": planned.oxygen,
-                "sex": planned.sex,
-                "age": planned.age,
-                "citizenship": planned.nationality,
-                "expedition_role": planned.role,
-                "hired": planned.hired,
-                "oxygen_used": planned.oxygen,
-                "climber_id": planned.climber_id,
-            }
-        ],
-        schema=ATTEMPT_INPUT_SCHEMA,
+def daily_weather(
+    con: duckdb.DuckDBPyConnection, peak: str, push: dt.date, source: str
+) -> dict[str, list[float | None]]:
+    """The 90 daily values D-89 … D of each variable from weather_daily (None where absent)."""
+    days = pl.date_range(push - dt.timedelta(days=WINDOW_DAYS - 1), push, eager=True)
+    rows = query(
+        con,
+        "serving_daily_weather",
+        {"peakid": peak, "source": source, "first": days[0], "last": push},
+    )
+    frame = pl.DataFrame({"date": days}).join(rows, on="date", how="left")
+    missing = frame.filter(pl.all_horizontal(pl.col(WEATHER_VARIABLES).is_null())).height
+    if missing:
+        raise PipelineError(
+            f"no weather for {peak} on {push} in source {source!r}: {missing} of {WINDOW_DAYS} "
+            "days missing; load that period with `deepsummit weather` first"
+        )
+    return {name: frame[name].to_list() for name in WEATHER_VARIABLES}
+
+
+def predict_attempt(settings: Settings, planned: PlannedAttempt) -> Prediction:
+    """Score a planned attempt with the champion."""
+    request = {**planned.record(), **dict.fromkeys(WEATHER_VARIABLES)}
+    [error] = parse_planned(pd.DataFrame([request])).errors
+    if error:
+        raise PipelineError(error)
+    with connect(settings.paths.warehouse, read_only=True) as con:
+        check_known(con, planned)  # before the model download: bad input fails at once
+    champion = champion_version(settings.mlflow)
+    name, version = champion.name, str(champion.version)
+    source = champion.tags.get(TAG_WEATHER_SOURCE, settings.weather.source)
+    with connect(settings.paths.warehouse, read_only=True) as con:
+        weather = daily_weather(con, planned.peak, planned.push_date, source)
+    model = load_verified(settings.mlflow.tracking_uri, name, version)
+    request = {**planned.record(), "weather_source": source, **weather}
+    [answer] = model.predict(pd.DataFrame([request]), params={"top_tokens": TOP_TOKENS}).to_dict(
+        orient="records"
+    )
+    if answer["error"]:
+        raise PipelineError(answer["error"])
+    return Prediction(
+        probability=float(answer["probability"]),
+        low=float(answer["probability_low"]),
+        high=float(answer["probability_high"]),
+        top_tokens=answer["top_tokens"] or "",
+        notes=answer["notes"] or "",
+        model_uri=f"models:/{name}@{settings.mlflow.champion_alias}",
+        model_version=version,
+        weather_source=source,
+        attempt=planned,
     )

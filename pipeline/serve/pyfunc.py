@@ -1,61 +1,47 @@
-"""The registered model as an MLflow pyfunc: P(summit) for rows in the artifact's input layout
-(`pipeline.train.artifact`), and which tokens weighed most (attention rollout)."""
+"""The registered model as an MLflow pyfunc: planned attempts in (pipeline/serve/planned.py),
+calibrated P(summit) out, with the seeds' band, a per-row error and notes, and on request
+(`params={"top_tokens": 5}`) the tokens that weighed most. Served as is by
+`mlflow models serve -m models:/deepsummit@champion --env-manager local`."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import mlflow
-import numpy as np
 import pandas as pd
-import torch
+from mlflow.models import ModelSignature
+from mlflow.types.schema import Array, ColSpec, ParamSchema, ParamSpec, Schema
 
-from model import DeepSummitTransformer
-from pipeline.features.dataset import FeatureArrays, to_tensors
-from pipeline.features.spec import WINDOW_SCALES
-from pipeline.train.artifact import TABULAR_COLUMNS, ModelFiles, split_model_input
-from pipeline.train.trainer import predict_proba
-
-
-def weather_token_names() -> tuple[str, ...]:
-    """Readable names of the 26 weather tokens: "weather 1d D-3", "weather 3d D-29…D-27"."""
-    names = []
-    for scale in WINDOW_SCALES:
-        width = scale.days_per_token
-        for bucket in range(scale.tokens):
-            newest = (scale.tokens - 1 - bucket) * width
-            oldest = newest + width - 1
-            day = "D" if newest == 0 else f"D-{newest}"
-            span = day if width == 1 else f"D-{oldest}…{day}"
-            names.append(f"weather {width}d {span}")
-    return tuple(names)
+from pipeline.serve.planned import PLANNED_COLUMNS, WEATHER_COLUMNS
+from pipeline.serve.scoring import score
+from pipeline.train.artifact import ARTIFACT_NAME, ModelArtifact
 
 
-TOKEN_NAMES: tuple[str, ...] = ("CLS", *TABULAR_COLUMNS, *weather_token_names())
-
-
-def token_importance(model: DeepSummitTransformer, arrays: FeatureArrays) -> np.ndarray:
-    """Attention rollout from CLS (Abnar & Zuidema 2020), averaged over heads: (N, 46), one
-    share per non-CLS token, each row summing to 1. The residual path counts as half of each
-    layer's mixing, as in the paper."""
-    model.eval()
-    with torch.inference_mode():
-        _, attention = model(**to_tensors(arrays.model_inputs()), return_attention=True)
-    size = attention[0].shape[-1]
-    rollout = torch.eye(size).expand(len(arrays), size, size)
-    for layer in attention:
-        mixing = 0.5 * layer.mean(dim=1) + 0.5 * torch.eye(size)
-        rollout = (mixing / mixing.sum(dim=-1, keepdim=True)) @ rollout
-    from_cls = rollout[:, 0, 1:]
-    return (from_cls / from_cls.sum(dim=-1, keepdim=True)).numpy()
+def signature() -> ModelSignature:
+    """What `mlflow models serve` checks a request against (optional columns may be left out)."""
+    inputs = [
+        ColSpec(kind, name, required=required) for name, (kind, required) in PLANNED_COLUMNS.items()
+    ]
+    inputs += [ColSpec(Array("double"), name, required=False) for name in WEATHER_COLUMNS]
+    outputs = [
+        ColSpec("double", "probability"),
+        ColSpec("double", "probability_low"),
+        ColSpec("double", "probability_high"),
+        ColSpec("string", "error", required=False),
+        ColSpec("string", "notes", required=False),
+        ColSpec("string", "top_tokens", required=False),
+    ]
+    params = ParamSchema([ParamSpec("top_tokens", "long", 0)])
+    return ModelSignature(inputs=Schema(inputs), outputs=Schema(outputs), params=params)
 
 
 class DeepSummitModel(mlflow.pyfunc.PythonModel):
-    """P(summit) for raw feature rows (see `pipeline.train.artifact` for the input layout)."""
-
     def load_context(self, context: mlflow.pyfunc.PythonModelContext) -> None:
-        self.model, self.preprocessor = ModelFiles.from_artifacts(context.artifacts).load()
+        self.artifact = ModelArtifact.load(Path(context.artifacts[ARTIFACT_NAME]))
 
-    def arrays(self, model_input: pd.DataFrame) -> FeatureArrays:
-        return self.preprocessor.transform(*split_model_input(model_input))
-
-    def predict(self, context, model_input: pd.DataFrame, params=None) -> np.ndarray:
-        return predict_proba(self.model, self.arrays(model_input))
+    def predict(
+        self, context: Any, model_input: pd.DataFrame, params: dict[str, Any] | None = None
+    ) -> pd.DataFrame:
+        top_tokens = int((params or {}).get("top_tokens", 0))
+        return score(self.artifact, model_input, top_tokens).frame(with_tokens=top_tokens > 0)

@@ -21,17 +21,18 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import OneHotEncoder, StandardScaler
 
 from pipeline.features.dataset import FeatureArrays
-from pipeline.train.evaluation import Metrics, compute_metrics
 
 ATTEMPT_DAY_TOKEN = 6  # the daily token of day D (tokens 0–6 are D-6 … D)
 DAYS_PER_YEAR = 365.25
 
 
 @dataclass(frozen=True)
-class BaselineResult:
+class ModelPredictions:
+    """A model's uncalibrated probabilities on the validation and test splits, and its cost."""
+
     name: str
-    test_probabilities: np.ndarray
-    metrics: Metrics
+    validation: np.ndarray
+    test: np.ndarray
     train_seconds: float
     predict_seconds_per_1000: float
 
@@ -69,31 +70,29 @@ def _categorical_columns(arrays: FeatureArrays) -> list[int]:
     return list(range(first, first + arrays.categorical.shape[1]))
 
 
+Predictor = Callable[[FeatureArrays], np.ndarray]
+
+
 def _timed(
-    name: str, fit: Callable[[], Callable[[], np.ndarray]], test: FeatureArrays
-) -> BaselineResult:
+    name: str, fit: Callable[[], Predictor], validation: FeatureArrays, test: FeatureArrays
+) -> ModelPredictions:
     started = time.perf_counter()
     predict = fit()
     train_seconds = time.perf_counter() - started
     started = time.perf_counter()
-    probabilities = predict()
+    test_probabilities = predict(test)
     per_1000 = (time.perf_counter() - started) / max(1, len(test)) * 1000
-    return BaselineResult(
-        name=name,
-        test_probabilities=probabilities,
-        metrics=compute_metrics(test.label, probabilities),
-        train_seconds=train_seconds,
-        predict_seconds_per_1000=per_1000,
-    )
+    return ModelPredictions(name, predict(validation), test_probabilities, train_seconds, per_1000)
 
 
 def logistic_regression(
     train: FeatureArrays,
+    validation: FeatureArrays,
     test: FeatureArrays,
     cardinalities: tuple[int, ...],
     seed: int,
-) -> BaselineResult:
-    def fit() -> Callable[[], np.ndarray]:
+) -> ModelPredictions:
+    def fit() -> Predictor:
         encoder = OneHotEncoder(
             categories=[list(range(size)) for size in cardinalities],
             handle_unknown="ignore",
@@ -102,9 +101,9 @@ def logistic_regression(
         model = make_pipeline(
             StandardScaler(), LogisticRegression(C=0.1, max_iter=2000, random_state=seed)
         ).fit(linear_matrix(train, encoder), train.label)
-        return lambda: model.predict_proba(linear_matrix(test, encoder))[:, 1]
+        return lambda arrays: model.predict_proba(linear_matrix(arrays, encoder))[:, 1]
 
-    return _timed("logistic regression", fit, test)
+    return _timed("logistic regression", fit, validation, test)
 
 
 def lightgbm(
@@ -113,10 +112,10 @@ def lightgbm(
     test: FeatureArrays,
     seed: int,
     num_threads: int | None,
-) -> BaselineResult:
+) -> ModelPredictions:
     """Gradient-boosted trees, early-stopped on validation AUC like the transformer."""
 
-    def fit() -> Callable[[], np.ndarray]:
+    def fit() -> Predictor:
         model = lgb.LGBMClassifier(
             n_estimators=2000,
             learning_rate=0.05,
@@ -137,9 +136,9 @@ def lightgbm(
             categorical_feature=_categorical_columns(train),
             callbacks=[lgb.early_stopping(100, first_metric_only=True, verbose=False)],
         )
-        return lambda: model.predict_proba(tree_matrix(test))[:, 1]
+        return lambda arrays: model.predict_proba(tree_matrix(arrays))[:, 1]
 
-    return _timed("LightGBM", fit, test)
+    return _timed("LightGBM", fit, validation, test)
 
 
 def run_baselines(
@@ -149,9 +148,9 @@ def run_baselines(
     cardinalities: tuple[int, ...],
     seed: int,
     num_threads: int | None = None,
-) -> list[BaselineResult]:
-    """Both baselines, trained on `train` and scored on `test` (the transformer's split)."""
+) -> list[ModelPredictions]:
+    """Both baselines, trained on `train`, scored on the transformer's validation and test."""
     return [
-        logistic_regression(train, test, cardinalities, seed),
+        logistic_regression(train, validation, test, cardinalities, seed),
         lightgbm(train, validation, test, seed, num_threads),
     ]

@@ -95,8 +95,10 @@ def plot_roc(labels: np.ndarray, curves: Mapping[str, np.ndarray], path: Path) -
     return _save(figure, path)
 
 
-def plot_calibration(labels: np.ndarray, curves: Mapping[str, np.ndarray], path: Path) -> Path:
-    """Mean label against mean probability per bin (the bins of the ECE)."""
+def plot_calibration(
+    labels: np.ndarray, curves: Mapping[str, np.ndarray], path: Path, title: str = ""
+) -> Path:
+    """Reliability: mean label against mean probability per bin (the bins of the ECE)."""
     figure, axes = plt.subplots(figsize=(5.5, 5))
     edges = np.linspace(0, 1, CALIBRATION_BINS + 1)
     for name, probabilities in curves.items():
@@ -111,7 +113,7 @@ def plot_calibration(labels: np.ndarray, curves: Mapping[str, np.ndarray], path:
         axes.plot(x, y, marker="o", label=f"{name} (ECE {ece:.3f})")
     axes.plot([0, 1], [0, 1], linestyle=":", color="grey")
     axes.set(xlabel="mean predicted probability", ylabel="observed summit rate")
-    axes.set_title("calibration, test split")
+    axes.set_title(f"calibration, test split{f', {title}' if title else ''}")
     axes.legend(loc="upper left")
     return _save(figure, path)
 

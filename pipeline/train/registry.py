@@ -1,43 +1,59 @@
-"""The MLflow registry side: register every trained model, move `@champion` only on merit.
+"""The MLflow registry side: register every trained model, move `@champion` only beyond noise,
+and load a registered version only when its files are the ones registered.
 
-A new version becomes champion only if its test AUC beats the champion's on the same test
-split. "Same" is checked, not assumed: each version carries the digest of the test rows it was
-scored on; when the digests differ, the champion is loaded and re-scored on the new test rows.
-A champion trained on another weather source is never fed this run's weather (the data
-contract forbids it), so no automatic decision is made then. Every decision and its reason is
-written on the new version (tags and description).
+The gate compares a new version with the champion on the same test rows: a paired bootstrap over
+expeditions of AUC(new) − AUC(champion) (pipeline/train/bootstrap.py). The new version becomes
+champion only when the lower bound of that difference's 95% interval is above 0, or when there
+is no usable champion: none yet, or one that reads inputs known only after the climb (or does
+not say), or whose files fail their digest check. Retraining on unchanged data gives the same
+predictions, a difference of 0, and never moves the alias.
+
+The champion's predictions on the same rows come from its own run (`evaluation/
+test_predictions.parquet`) when it was scored on the same test split, else from loading it and
+scoring this run's test rows. A champion trained on another weather source is never fed this
+run's weather (the data contract forbids it): no automatic decision then. Every decision, the
+difference and its interval are written on the new version (tags and description).
 """
 
 from __future__ import annotations
 
 import importlib.metadata
 import logging
-import math
-from collections.abc import Callable
+import tempfile
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 import mlflow
-import numpy as np
 import pandas as pd
+import polars as pl
 from mlflow import MlflowClient
 from mlflow.entities.model_registry import ModelVersion
-from mlflow.models import infer_signature
-from sklearn.metrics import roc_auc_score
 
 from pipeline.config import MlflowConfig
-from pipeline.train.artifact import MODEL_CODE_FILE, ModelFiles
+from pipeline.errors import PipelineError
+from pipeline.features.drift import DriftReport
+from pipeline.features.spec import Known
+from pipeline.serve.planned import KEY_COLUMNS
+from pipeline.train.artifact import ARTIFACT_NAME, MODEL_CODE_FILE, ModelArtifact, files_digest
+from pipeline.train.bootstrap import Interval, paired_auc_difference, replicate_weights
 
 logger = logging.getLogger(__name__)
 
 # Tags every registered version carries (written before the gate runs).
-TAG_TEST_AUC = "test_auc"
 TAG_TEST_DIGEST = "test_split_digest"
 TAG_WEATHER_SOURCE = "weather_source"
+TAG_KNOWN_BY = "inputs_known_by"
+TAG_FILES_DIGEST = "model_files_sha256"
 TAG_DECISION = "champion_decision"
 TAG_REASON = "champion_reason"
+PREDICTIONS_ARTIFACT = "evaluation/test_predictions.parquet"
 
-# Loads a registered version as something with `.predict(frame) -> probabilities`.
-ModelLoader = Callable[[str], object]
+
+class ModelFilesChanged(PipelineError):
+    """A registered version's files differ from the ones registered: never loaded."""
 
 
 @dataclass(frozen=True)
@@ -45,11 +61,11 @@ class Candidate:
     """What the gate needs to know about a freshly registered version."""
 
     version: str
-    test_auc: float
     test_digest: str
     weather_source: str
-    test_frame: pd.DataFrame  # the test rows in the pyfunc's input layout
-    test_labels: pd.Series
+    inputs_known_by: Known
+    predictions: pl.DataFrame  # KEY_COLUMNS, label, probability (calibrated) per test row
+    test_input: pl.DataFrame  # KEY_COLUMNS + the test rows in the pyfunc's input layout
 
 
 @dataclass(frozen=True)
@@ -57,7 +73,7 @@ class GateDecision:
     promoted: bool
     reason: str
     previous_champion: str | None  # version number, None when there was none
-    champion_auc: float | None  # the previous champion's AUC on this run's test split
+    difference: Interval | None  # AUC(new) − AUC(champion) on the same rows, when compared
 
 
 def current_champion(client: MlflowClient, name: str, alias: str) -> ModelVersion | None:
@@ -67,15 +83,127 @@ def current_champion(client: MlflowClient, name: str, alias: str) -> ModelVersio
     return client.get_model_version_by_alias(name, alias)
 
 
-def decide(
-    client: MlflowClient, config: MlflowConfig, candidate: Candidate, load_model: ModelLoader
-) -> GateDecision:
-    """Compare the candidate with the current champion (see the module docstring)."""
+def champion_version(config: MlflowConfig) -> ModelVersion:
+    """The version the champion alias names now (pin its number: the alias may move), or one
+    line saying there is none."""
+    client = MlflowClient(config.tracking_uri)
     name, alias = config.registered_model, config.champion_alias
-    champion = current_champion(client, name, alias)
+    try:
+        return client.get_model_version_by_alias(name, alias)
+    except mlflow.exceptions.MlflowException:
+        raise PipelineError(
+            f"no model {name}@{alias} at {config.tracking_uri}: run `deepsummit train`"
+        ) from None
+
+
+def registry_reachable(tracking_uri: str, timeout_s: float = 3.0) -> bool:
+    """A file or database store is always there; a tracking server answers its health check
+    (asked quickly, so a stage that only reads from the registry does not hang on retries)."""
+    if not tracking_uri.startswith(("http://", "https://")):
+        return True
+    try:
+        with urllib.request.urlopen(f"{tracking_uri.rstrip('/')}/health", timeout=timeout_s):
+            return True
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def champion_file(config: MlflowConfig, relative: str) -> tuple[str, Path] | None:
+    """(version, local copy) of a data file of the champion's model artifact (e.g. its drift
+    reference); None without a reachable registry, a champion, or that file."""
+    if not registry_reachable(config.tracking_uri):
+        return None
+    client = MlflowClient(config.tracking_uri)
+    champion = current_champion(client, config.registered_model, config.champion_alias)
+    if champion is None:
+        return None
+    mlflow.set_tracking_uri(config.tracking_uri)
+    uri = f"models:/{config.registered_model}/{champion.version}/artifacts/{ARTIFACT_NAME}"
+    try:
+        local = mlflow.artifacts.download_artifacts(artifact_uri=f"{uri}/{relative}")
+    except mlflow.exceptions.MlflowException:
+        return None  # a champion from before the file existed
+    return str(champion.version), Path(local)
+
+
+def log_drift(
+    config: MlflowConfig, report: DriftReport, champion: str, tags: Mapping[str, str]
+) -> None:
+    """The drift report as an MLflow run of its own (PSI per feature as metrics, the table)."""
+    mlflow.set_tracking_uri(config.tracking_uri)
+    mlflow.set_experiment(config.experiment)
+    run_tags = {**tags, "kind": "input drift", "compared_with_version": champion}
+    with mlflow.start_run(run_name=f"drift vs v{champion}", tags=run_tags):
+        mlflow.log_metrics(report.metrics())
+        mlflow.log_metric("drifted_features", len(report.drifted))
+        mlflow.log_text(report.markdown(), "drift/drift.md")
+        mlflow.log_dict(report.as_dict(), "drift/drift.json")
+
+
+def load_verified(tracking_uri: str, name: str, version: str) -> mlflow.pyfunc.PyFuncModel:
+    """The pyfunc of version `version`, after checking that its files are the ones registered
+    (a registered model is code that `predict` and the gate execute)."""
+    mlflow.set_tracking_uri(tracking_uri)  # models:/ URIs resolve through the global registry
+    expected = (
+        MlflowClient(tracking_uri).get_model_version(name, version).tags.get(TAG_FILES_DIGEST)
+    )
+    local = Path(tempfile.mkdtemp(prefix=f"{name}-v{version}-"))
+    mlflow.artifacts.download_artifacts(
+        artifact_uri=f"models:/{name}/{version}", dst_path=str(local)
+    )
+    found = files_digest(local)
+    if expected is None or found != expected:
+        raise ModelFilesChanged(
+            f"{name} v{version}: its files' sha256 is {found[:12]}, registered "
+            f"{(expected or 'none')[:12]}: not loaded"
+        )
+    return mlflow.pyfunc.load_model(str(local))
+
+
+def _champion_predictions(
+    client: MlflowClient, config: MlflowConfig, champion: ModelVersion, candidate: Candidate
+) -> tuple[pl.DataFrame, str]:
+    """The champion's calibrated probabilities on the candidate's test rows, and how they were
+    obtained."""
+    if champion.tags.get(TAG_TEST_DIGEST) == candidate.test_digest:
+        local = mlflow.artifacts.download_artifacts(
+            run_id=champion.run_id,
+            artifact_path=PREDICTIONS_ARTIFACT,
+            tracking_uri=config.tracking_uri,
+        )
+        return pl.read_parquet(local), "its predictions on the same test split"
+    pyfunc = load_verified(config.tracking_uri, config.registered_model, str(champion.version))
+    scored = pyfunc.predict(candidate.test_input.drop(KEY_COLUMNS).to_pandas())
+    frame = candidate.test_input.select(KEY_COLUMNS).with_columns(
+        probability=pl.Series(scored["probability"].to_numpy(dtype=float))
+    )
+    return frame, "re-scored on this run's test split (the split changed)"
+
+
+def decide(client: MlflowClient, config: MlflowConfig, candidate: Candidate) -> GateDecision:
+    """Compare the candidate with the current champion (see the module docstring)."""
+    alias = config.champion_alias
+    if candidate.inputs_known_by is Known.AFTER_CLIMB:
+        return GateDecision(
+            False,
+            f"it reads inputs known only after the climb: never @{alias} of a decision-time "
+            "model (register retrospective models under their own name)",
+            None,
+            None,
+        )
+    champion = current_champion(client, config.registered_model, alias)
     if champion is None:
         return GateDecision(True, "first model: there was no champion yet", None, None)
     version = str(champion.version)
+    known_by = champion.tags.get(TAG_KNOWN_BY)
+    if known_by != candidate.inputs_known_by.value:
+        return GateDecision(
+            True,
+            f"champion v{version} reads inputs known {known_by or 'at an unrecorded time'}, "
+            f"this version only what is known {candidate.inputs_known_by.value}",
+            version,
+            None,
+        )
     champion_source = champion.tags.get(TAG_WEATHER_SOURCE)
     if champion_source != candidate.weather_source:
         return GateDecision(
@@ -86,38 +214,42 @@ def decide(
             version,
             None,
         )
-    if champion.tags.get(TAG_TEST_DIGEST) == candidate.test_digest:
-        champion_auc = float(champion.tags[TAG_TEST_AUC])
-        basis = "its recorded test AUC on the same test split"
-    else:
-        champion_auc = _rescore(client, name, version, candidate, load_model)
-        basis = "re-scored on this run's test split (the split changed)"
-    if math.isnan(champion_auc):
+    try:
+        theirs, basis = _champion_predictions(client, config, champion, candidate)
+    except ModelFilesChanged as error:
+        return GateDecision(True, f"{error}; replaced", version, None)
+    except Exception as error:  # any failure to load or run the champion: no auto-decision
+        logger.warning("champion v%s could not be scored: %s", version, error)
         return GateDecision(
             False,
-            f"champion v{version} could not be scored on this run's test split; "
+            f"champion v{version} could not be scored on this run's test split ({error}); "
             f"@{alias} not moved (move it by hand if intended)",
             version,
             None,
         )
-    promoted = candidate.test_auc > champion_auc
+    ours = candidate.predictions
+    paired = ours.join(
+        theirs.select(*KEY_COLUMNS, champion=pl.col("probability")), on=list(KEY_COLUMNS)
+    )
+    if paired.height != ours.height:
+        raise PipelineError(
+            f"champion v{version}: predictions for {paired.height} of {ours.height} test rows"
+        )
+    groups = paired.select(pl.format("{}/{}", "expid", "year")).to_series().to_numpy()
+    difference = paired_auc_difference(
+        paired["label"].to_numpy(),
+        paired["probability"].to_numpy(),
+        paired["champion"].to_numpy(),
+        replicate_weights(groups),
+    )
+    promoted = difference.low > 0
     verdict = "beats" if promoted else "does not beat"
     reason = (
-        f"test AUC {candidate.test_auc:.4f} {verdict} champion v{version} "
-        f"({champion_auc:.4f}, {basis}; test split {candidate.test_digest[:12]})"
+        f"test AUC difference against champion v{version} {difference.render(4)}: {verdict} it "
+        f"beyond noise (promoted only when the 95% interval is above 0; {basis}; test split "
+        f"{candidate.test_digest[:12]})"
     )
-    return GateDecision(promoted, reason, version, champion_auc)
-
-
-def _rescore(
-    client: MlflowClient, name: str, version: str, candidate: Candidate, load_model: ModelLoader
-) -> float:
-    try:
-        probabilities = load_model(f"models:/{name}/{version}").predict(candidate.test_frame)
-    except Exception as error:  # any failure to load or run an old model: no auto-decision
-        logger.warning("champion v%s could not be scored: %s", version, error)
-        return math.nan
-    return float(roc_auc_score(candidate.test_labels, probabilities))
+    return GateDecision(promoted, reason, version, difference)
 
 
 def record_decision(
@@ -127,10 +259,27 @@ def record_decision(
     name, alias = config.registered_model, config.champion_alias
     if decision.promoted:
         client.set_registered_model_alias(name, alias, candidate.version)
-    client.set_model_version_tag(
-        name, candidate.version, TAG_DECISION, "promoted" if decision.promoted else "challenger"
-    )
-    client.set_model_version_tag(name, candidate.version, TAG_REASON, decision.reason)
+        # Read back: a gate run without the registry slot (by hand, elsewhere) may have moved
+        # it at the same moment; say so rather than report a champion that is not.
+        now = str(client.get_model_version_by_alias(name, alias).version)
+        if now != candidate.version:
+            raise PipelineError(
+                f"{name}@{alias} moved to v{now} while v{candidate.version} was being promoted; "
+                "run one gate at a time (the registry slot) and train again"
+            )
+    tags = {
+        TAG_DECISION: "promoted" if decision.promoted else "challenger",
+        TAG_REASON: decision.reason,
+    }
+    if decision.difference is not None:
+        tags |= {
+            "auc_difference": repr(decision.difference.estimate),
+            "auc_difference_ci_low": repr(decision.difference.low),
+            "auc_difference_ci_high": repr(decision.difference.high),
+            "compared_with": str(decision.previous_champion),
+        }
+    for key, value in tags.items():
+        client.set_model_version_tag(name, candidate.version, key, value)
     headline = f"@{alias}" if decision.promoted else "challenger (not champion)"
     client.update_model_version(
         name, candidate.version, description=f"{headline}: {decision.reason}"
@@ -138,18 +287,22 @@ def record_decision(
     logger.info("model %s v%s: %s", name, candidate.version, decision.reason)
 
 
-def gate(
-    client: MlflowClient, config: MlflowConfig, candidate: Candidate, load_model: ModelLoader
-) -> GateDecision:
-    """Decide and record; the candidate's facts are tagged first so a later gate can use them."""
+def gate(client: MlflowClient, config: MlflowConfig, candidate: Candidate) -> GateDecision:
+    """Decide and record; the candidate's facts and predictions are kept first so that a later
+    gate can compare with it."""
     name = config.registered_model
     for key, value in (
-        (TAG_TEST_AUC, repr(candidate.test_auc)),
         (TAG_TEST_DIGEST, candidate.test_digest),
         (TAG_WEATHER_SOURCE, candidate.weather_source),
+        (TAG_KNOWN_BY, candidate.inputs_known_by.value),
     ):
         client.set_model_version_tag(name, candidate.version, key, value)
-    decision = decide(client, config, candidate, load_model)
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / Path(PREDICTIONS_ARTIFACT).name
+        candidate.predictions.write_parquet(path)
+        run_id = client.get_model_version(name, candidate.version).run_id
+        client.log_artifact(run_id, str(path), str(Path(PREDICTIONS_ARTIFACT).parent))
+    decision = decide(client, config, candidate)
     record_decision(client, config, candidate, decision)
     return decision
 
@@ -162,17 +315,28 @@ def package_requirements() -> list[str]:
 
 def log_and_register(
     config: MlflowConfig,
-    files: ModelFiles,
+    directory: Path,
     input_example: pd.DataFrame,
-    example_output: np.ndarray,
+    artifact: ModelArtifact,
 ) -> ModelVersion:
-    """Log the pyfunc (from code, with its artifacts) in the active run and register it."""
+    """Log the pyfunc (from code, with the artifact folder) in the active run, register it, and
+    record the digest of its files as they are stored."""
+    from pipeline.serve.pyfunc import signature
+
     info = mlflow.pyfunc.log_model(
         name="model",
         python_model=str(MODEL_CODE_FILE),
-        artifacts=files.as_artifacts(),
-        signature=infer_signature(input_example, example_output),
+        artifacts={ARTIFACT_NAME: str(directory)},
+        signature=signature(),
         input_example=input_example,
         pip_requirements=package_requirements(),
+        metadata={"seeds": artifact.seeds},
     )
-    return mlflow.register_model(info.model_uri, config.registered_model)
+    version = mlflow.register_model(info.model_uri, config.registered_model)
+    with tempfile.TemporaryDirectory() as folder:
+        mlflow.artifacts.download_artifacts(artifact_uri=info.model_uri, dst_path=folder)
+        digest = files_digest(Path(folder))
+    MlflowClient(config.tracking_uri).set_model_version_tag(
+        config.registered_model, str(version.version), TAG_FILES_DIGEST, digest
+    )
+    return version

@@ -9,10 +9,9 @@ from dataclasses import asdict
 from pathlib import Path
 
 import mlflow
-import numpy as np
 
 from pipeline.config import PROJECT_ROOT, ModelHyperparameters, TrainConfig
-from pipeline.train.evaluation import plot_calibration, plot_learning_curve, plot_roc
+from pipeline.train.evaluation import plot_learning_curve
 from pipeline.train.trainer import EpochRecord
 
 
@@ -40,12 +39,12 @@ def ui_links(
     return f"runs:/{run_id}", f"models:/{name}/{version}"
 
 
-def log_epoch(record: EpochRecord) -> None:
-    """One epoch's metrics in the active run, at step = epoch."""
+def log_epoch(record: EpochRecord, prefix: str = "") -> None:
+    """One epoch's metrics in the active run, at step = epoch (`prefix` tells seeds apart)."""
     values = asdict(record)
     step = values.pop("epoch")
     values["epoch_seconds"] = values.pop("seconds")
-    mlflow.log_metrics(values, step=step)
+    mlflow.log_metrics({f"{prefix}{name}": value for name, value in values.items()}, step=step)
 
 
 def training_params(
@@ -53,27 +52,21 @@ def training_params(
     hyperparameters: ModelHyperparameters,
     train_config: TrainConfig,
     rows: dict[str, int],
-    cardinalities: tuple[int, ...],
+    dimensions: dict[str, object],
+    inputs: tuple[str, ...],
 ) -> dict[str, object]:
     params: dict[str, object] = {f"model.{k}": v for k, v in hyperparameters.model_dump().items()}
     train = train_config.model_dump(exclude=set(TrainConfig.OPERATIONAL))
     params |= {f"train.{k}": v for k, v in train.items()}
     params |= {f"rows.{split}": count for split, count in rows.items()}
     params["profile"] = profile
-    params["categorical_cardinalities"] = json.dumps(cardinalities)
+    params["categorical_cardinalities"] = json.dumps(dimensions["categorical_cardinalities"])
+    params["inputs"] = ",".join(inputs)
     return params
 
 
-def log_plots(
-    directory: Path,
-    labels: np.ndarray,
-    probabilities: dict[str, np.ndarray],
-    history: tuple[EpochRecord, ...],
-) -> None:
-    """ROC, calibration and learning curve, drawn into `directory` and logged under plots/."""
-    for path in (
-        plot_roc(labels, probabilities, directory / "roc.png"),
-        plot_calibration(labels, probabilities, directory / "calibration.png"),
-        plot_learning_curve(history, directory / "learning_curve.png"),
-    ):
+def log_plots(directory: Path, drawn: list[Path], history: tuple[EpochRecord, ...]) -> None:
+    """Plots already drawn into `directory`, and the learning curve, logged under plots/."""
+    curve = plot_learning_curve(history, directory / "learning_curve.png")
+    for path in (*drawn, curve):
         mlflow.log_artifact(str(path), artifact_path="plots")

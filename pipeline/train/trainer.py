@@ -17,6 +17,7 @@ import hashlib
 import json
 import logging
 import math
+import pickle
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
@@ -56,6 +57,7 @@ class EpochRecord:
 class TrainResult:
     model: DeepSummitTransformer  # in eval mode, holding the best epoch's weights, on CPU
     config: ModelConfig
+    seed: int
     history: tuple[EpochRecord, ...]
     best_epoch: int
     best_val_auc: float
@@ -69,18 +71,18 @@ class TrainResult:
 EpochCallback = Callable[[EpochRecord], None]
 
 
-def model_config(
-    knobs: ModelHyperparameters, categorical_cardinalities: tuple[int, ...]
-) -> ModelConfig:
-    """The architecture from the profile's hyperparameters and the training vocabularies."""
+def model_config(knobs: ModelHyperparameters, dimensions: dict[str, Any]) -> ModelConfig:
+    """The architecture from the profile's hyperparameters and what the inputs fix (token
+    counts, vocabulary sizes: `Preprocessor.model_dimensions()`)."""
     return ModelConfig(
         hidden_size=knobs.hidden_size,
         num_layers=knobs.num_layers,
         num_heads=knobs.num_heads,
         dropout=knobs.dropout,
+        attention_dropout=knobs.attention_dropout,
         drop_path_rate=knobs.drop_path_rate,
         time2vec_dim=knobs.time2vec_dim,
-        categorical_cardinalities=tuple(categorical_cardinalities),
+        **dimensions,
     )
 
 
@@ -137,9 +139,13 @@ def checkpoint_signature(config: ModelConfig, train_config: TrainConfig, train_r
 
 
 def predict_logits(
-    model: nn.Module, inputs: dict[str, np.ndarray], batch_size: int, device: torch.device
+    model: nn.Module,
+    inputs: dict[str, np.ndarray],
+    batch_size: int = 1024,
+    device: torch.device | None = None,
 ) -> np.ndarray:
-    """Logits for every row, in batches, in eval mode (float32 on any device)."""
+    """Logits for every row, in batches, in eval mode (float32 on any device; default CPU)."""
+    device = device or torch.device("cpu")
     model.eval()
     n = len(inputs["numeric"])
     out = np.empty(n, dtype=np.float32)
@@ -174,7 +180,7 @@ def train_model(
     hyperparameters: ModelHyperparameters,
     train: FeatureArrays,
     validation: FeatureArrays,
-    categorical_cardinalities: tuple[int, ...],
+    dimensions: dict[str, Any],
     checkpoint_dir: Path,
     on_epoch_end: EpochCallback | None = None,
 ) -> TrainResult:
@@ -187,7 +193,7 @@ def train_model(
     if len(np.unique(validation.label)) < 2:
         raise PipelineError("validation split has a single class: validation AUC is undefined")
 
-    config = model_config(hyperparameters, categorical_cardinalities)
+    config = model_config(hyperparameters, dimensions)
     torch.manual_seed(train_config.seed)
     np.random.seed(train_config.seed)
     model = DeepSummitTransformer(config).to(device)
@@ -246,8 +252,13 @@ def train_model(
             seconds=time.perf_counter() - epoch_started,
         )
         state.advance(record, model)
+        # What is left at the pace of this run's epochs so far (early stopping may end sooner).
+        done_here = state.epoch - resumed_from
+        left = (train_config.max_epochs - state.epoch) * (time.perf_counter() - started) / done_here
         logger.info(
-            "epoch %d/%d  loss %.4f  val_loss %.4f  val_auc %.4f  lr %.2e  %.1fs",
+            "seed %d epoch %d/%d  loss %.4f  val_loss %.4f  val_auc %.4f  lr %.2e  %.1fs"
+            "  ETA %.0fs",
+            train_config.seed,
             record.epoch,
             train_config.max_epochs,
             record.train_loss,
@@ -255,6 +266,7 @@ def train_model(
             record.val_auc,
             record.learning_rate,
             record.seconds,
+            left,
         )
         save_tensors(checkpoint, state.checkpoint(model, optimizer, scheduler, scaler, device))
         if on_epoch_end is not None:
@@ -265,6 +277,7 @@ def train_model(
     return TrainResult(
         model=model,
         config=config,
+        seed=train_config.seed,
         history=tuple(state.history),
         best_epoch=state.best_epoch,
         best_val_auc=state.best_val_auc,
@@ -315,9 +328,22 @@ class _TrainingState:
         }
 
 
+# What torch.load raises on a file cut short or damaged (empty, truncated zip, flipped bytes,
+# not a torch file at all).
+UNREADABLE_CHECKPOINT = (EOFError, OSError, RuntimeError, ValueError, pickle.UnpicklingError)
+
+
 def _resume(checkpoint: Path, fresh: _TrainingState, model, optimizer, scheduler, scaler):
-    saved = load_tensors(checkpoint)
-    if saved.get("signature") != fresh.signature:
+    try:
+        saved = load_tensors(checkpoint)
+    except UNREADABLE_CHECKPOINT as error:
+        # Losing the epochs done so far costs less than a run that cannot start; the file is
+        # replaced by the first new checkpoint.
+        first_line = next(iter(str(error).strip().splitlines()), "")[:120]
+        reason = f"{type(error).__name__}: {first_line}" if first_line else type(error).__name__
+        logger.warning("%s is unreadable (%s); training from scratch", checkpoint, reason)
+        return fresh
+    if not isinstance(saved, dict) or saved.get("signature") != fresh.signature:
         logger.warning("%s belongs to another configuration; training from scratch", checkpoint)
         return fresh
     model.load_state_dict(saved["model"])

@@ -241,7 +241,7 @@ def run_trial(
         )
     trial_settings = with_hyperparameters(settings, trial.params)
     arrays, preprocessor = load_features(features_dir)
-    cardinalities = preprocessor.categorical_cardinalities
+    dimensions = preprocessor.model_dimensions()
     report = epoch_reporter(settings, study, number)
     handle = _handle(settings, study, number)
     history: list[EpochRecord] = []
@@ -269,7 +269,7 @@ def run_trial(
                 trial_settings.model,
                 arrays["train"],
                 arrays["validation"],
-                cardinalities,
+                dimensions,
                 Path(checkpoints),
                 on_epoch_end,
             )

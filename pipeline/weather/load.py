@@ -7,22 +7,28 @@ fetches the rest. The CLI prints that line and exits 1; the next run asks only f
 missing days. Rejected responses do not raise: the report lists them and `complete` is False.
 The rate limiter starts from the calls `weather_api_calls` holds for the last 24 hours, so a
 rerun the same day does not spend the daily budget twice.
+
+The warehouse is held only while this stage reads or writes it: once to read what is missing,
+once per stored response (pipeline.weather.openmeteo), once to report; never across a request
+or a rate-limit wait, so another stage waiting for it is not held up by the API.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import duckdb
 
-from pipeline.config import Settings
-from pipeline.context import RunContext
+from pipeline.config import Settings, WeatherConfig
+from pipeline.context import Progress, RunContext
 from pipeline.errors import QuotaExhausted
 from pipeline.warehouse import connect, query
 from pipeline.weather import archive, ledger, needs, openmeteo, store
 from pipeline.weather.cost import DAY_S, RateLimiter
+from pipeline.weather.openmeteo import OpenWarehouse
 from pipeline.weather.plan import plan_requests
 from pipeline.weather.report import PeakWeather, WeatherReport
 
@@ -31,6 +37,12 @@ REPORT_FILE = "weather_report.md"
 
 def _fetchable_peaks(con: duckdb.DuckDBPyConnection) -> set[str]:
     return set(query(con, "weather_fetchable_peak_ids")["peakid"])
+
+
+def _prepare(con: duckdb.DuckDBPyConnection) -> None:
+    """The tables and this connection's temp tables of the days the attempts need."""
+    store.ensure_tables(con)
+    needs.prepare_needed_days(con)
 
 
 def _report(
@@ -46,6 +58,7 @@ def _report(
             stored_days=row["stored_days"],
             needed_days=row["needed_days"],
             missing_days=row["missing_days"],
+            quarantined_days=row["quarantined_days"],
             before_first_date=row["before_first_date"],
             requests=outcome.requests.get(row["peakid"], 0),
             weighted_calls=outcome.weighted_calls.get(row["peakid"], 0.0),
@@ -68,6 +81,36 @@ def _report(
     )
 
 
+def _load_archive(open_warehouse: OpenWarehouse, settings: Settings) -> openmeteo.FetchOutcome:
+    """The bundled file, read and stored in one transaction (no API to wait for)."""
+    with open_warehouse() as con:
+        _prepare(con)
+        loaded = archive.load_archive(
+            con, Path(settings.data_location(settings.weather.archive_path)), _fetchable_peaks(con)
+        )
+    return openmeteo.FetchOutcome(stored=loaded.stored, quarantined=loaded.quarantined)
+
+
+def _fetch_open_meteo(
+    open_warehouse: OpenWarehouse,
+    config: WeatherConfig,
+    sleep: Callable[[float], None],
+    clock: Callable[[], float],
+    progress: Progress,
+) -> openmeteo.FetchOutcome:
+    """Plan from what is missing and what the last 24 hours spent, then fetch with the
+    warehouse closed (openmeteo.fetch_requests opens it per stored response)."""
+    with open_warehouse() as con:
+        _prepare(con)
+        spans = needs.missing_spans(con, config.source, config)
+        sent_earlier = ledger.calls_since(con, config.api_url, clock() - DAY_S)
+    limiter = RateLimiter(config.limits, clock=clock, sleep=sleep)
+    limiter.calls.extend(sent_earlier)
+    source = openmeteo.OpenMeteoSource(config, limiter, sleep=sleep)
+    plan = plan_requests(spans, config)
+    return openmeteo.fetch_requests(open_warehouse, source, plan, progress)
+
+
 def load_weather(
     settings: Settings,
     context: RunContext,
@@ -77,22 +120,16 @@ def load_weather(
     """Store the weather the attempts need from settings.weather.source ("archive" or
     "open-meteo"); `sleep`/`clock` drive the rate limiter and backoff (tests inject them)."""
     config = settings.weather
-    with connect(settings.paths.warehouse) as con:
-        store.ensure_tables(con)
+    open_warehouse = partial(
+        connect, settings.paths.warehouse, lock_timeout_s=settings.warehouse.lock_timeout_s
+    )
+    if config.source == "archive":
+        outcome = _load_archive(open_warehouse, settings)
+    else:
+        outcome = _fetch_open_meteo(open_warehouse, config, sleep, clock, context.progress)
+    with open_warehouse() as con:
+        _prepare(con)
         skipped = needs.skipped_peaks(con)
-        needs.prepare_needed_days(con)
-        outcome = openmeteo.FetchOutcome()
-        if config.source == "archive":
-            loaded = archive.load_archive(
-                con, Path(settings.data_location(config.archive_path)), _fetchable_peaks(con)
-            )
-            outcome.stored, outcome.quarantined = loaded.stored, loaded.quarantined
-        else:
-            spans = needs.missing_spans(con, config.source, config)
-            limiter = RateLimiter(config.limits, clock=clock, sleep=sleep)
-            limiter.calls.extend(ledger.calls_since(con, config.api_url, clock() - DAY_S))
-            source = openmeteo.OpenMeteoSource(config, limiter, sleep=sleep)
-            outcome = openmeteo.fetch_requests(con, source, plan_requests(spans, config))
         report = _report(con, settings, skipped, outcome)
     context.run_dir.mkdir(parents=True, exist_ok=True)
     (context.run_dir / REPORT_FILE).write_text(report.render() + "\n")

@@ -39,5 +39,7 @@ def missing_spans(
 
 
 def coverage(con: duckdb.DuckDBPyConnection, source: str, config: WeatherConfig) -> pl.DataFrame:
-    """Per peak: stored_days, needed_days, stored_needed_days, missing_days, before_first_date."""
+    """Per peak: stored_days, needed_days, stored_needed_days, quarantined_days (needed, not
+    stored, quarantined), missing_days (needed, neither stored nor quarantined), and
+    before_first_date."""
     return query(con, "weather_coverage", {"source": source, "first_date": config.first_date})

@@ -9,7 +9,13 @@ session hook reads `Retry-After` and the reason first. A daily-limit 429 stops t
 A response is stored only if it answers the request: one message per location, the requested
 days from start to end in the local calendar, every variable with one value per day. A
 response that does not is rejected, evicted from the cache, and reported; its request's days
-stay missing, so the next run asks again.
+stay missing, so the next run asks again. A response that is stored but has rows the store
+quarantines (a value out of range) is evicted too, so the next run asks the API again instead
+of reading the same bad value from the cache forever.
+
+The warehouse is opened only to store an answer (and record the calls it cost), one short
+transaction per request, never while a request, a retry or a rate-limit wait is under way:
+another stage waiting for the write lock gets it between two requests.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from __future__ import annotations
 import struct
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
@@ -31,9 +38,10 @@ from openmeteo_sdk.WeatherApiResponse import WeatherApiResponse
 from retry_requests import retry
 
 from pipeline.config import WeatherConfig
+from pipeline.context import Progress, no_progress
 from pipeline.errors import QuotaExhausted
 from pipeline.weather import ledger
-from pipeline.weather.cost import RateLimiter
+from pipeline.weather.cost import DAY_S, RateLimiter
 from pipeline.weather.plan import PlannedRequest
 from pipeline.weather.store import StoreResult, store_batch
 
@@ -65,6 +73,11 @@ class ResponseRejected(Exception):
     """A response that does not answer its request; never stored."""
 
 
+# Opens a write connection to the warehouse for one short transaction (a bound
+# pipeline.warehouse.connect).
+OpenWarehouse = Callable[[], AbstractContextManager[duckdb.DuckDBPyConnection]]
+
+
 def _retry_after(value: str | None) -> float | None:
     try:
         return max(0.0, float(value)) if value is not None else None
@@ -79,6 +92,7 @@ class ResponseWatch:
     def __init__(self) -> None:
         self.cache_key: str | None = None
         self.from_cache = False
+        self.created_at: datetime | None = None  # when the API answered (cached or not)
 
     def __call__(self, response: requests.Response, *args: Any, **kwargs: Any) -> Any:
         if response.status_code == 429:
@@ -89,6 +103,7 @@ class ResponseWatch:
             raise Refusal(reason, _retry_after(response.headers.get("Retry-After")))
         self.cache_key = getattr(response, "cache_key", None)
         self.from_cache = bool(getattr(response, "from_cache", False))
+        self.created_at = getattr(response, "created_at", None)
         return response
 
 
@@ -101,11 +116,13 @@ class OpenMeteoSource:
     sleep: Callable[[float], None] = time.sleep
     watch: ResponseWatch = field(default_factory=ResponseWatch)
     tries: int = 0
+    # History never changes: cached for good (-1). A forecast does: cached for a while.
+    expire_after_s: int = -1
 
     def __post_init__(self) -> None:
         self.config.cache_path.parent.mkdir(parents=True, exist_ok=True)
         cached = requests_cache.CachedSession(
-            str(self.config.cache_path), expire_after=-1, allowable_codes=(200,)
+            str(self.config.cache_path), expire_after=self.expire_after_s, allowable_codes=(200,)
         )
         self.session = retry(
             cached,
@@ -156,8 +173,13 @@ class OpenMeteoSource:
             return responses
         raise ResponseRejected(f"gave up after {self.tries} tries: {last_error}")
 
+    def source_name(self) -> str:
+        """The weather_daily source of what this answered."""
+        return SOURCE
+
     def evict(self) -> None:
-        """Drop the last response from the cache (it was rejected; the next run asks again)."""
+        """Drop the last response from the cache (it was rejected, or some of its rows were;
+        the next run asks again)."""
         if self.watch.cache_key:
             self.session.cache.delete(self.watch.cache_key)
 
@@ -236,37 +258,67 @@ class FetchOutcome:
 
 
 def fetch_requests(
-    con: duckdb.DuckDBPyConnection, source: OpenMeteoSource, plan: list[PlannedRequest]
+    open_warehouse: OpenWarehouse,
+    source: OpenMeteoSource,
+    plan: list[PlannedRequest],
+    progress: Progress = no_progress,
 ) -> FetchOutcome:
     """Fetch and store each planned request in turn; stop cleanly at the daily limit, keeping
-    everything stored so far (each request is stored in its own transaction)."""
+    everything stored so far. The warehouse is opened after each answer, for its own
+    transaction, and closed before the next request. `progress` counts requests done of
+    planned, and the weighted calls spent of today's budget."""
     outcome = FetchOutcome()
     config = source.config
-    for request in plan:
+    budget = config.limits.per_day
+    for done, request in enumerate(plan, start=1):
         request_id = request.request_id(config)
+        frame: pl.DataFrame | None = None
         try:
             frame = response_frame(source.fetch(request), request)
         except QuotaExhausted as error:
             outcome.stopped = str(error)
-            break
         except ResponseRejected as error:
             source.evict()
             outcome.rejected.append(f"{request_id} ({request.start}..{request.end}): {error}")
-            continue
         finally:
             outcome.count(request, source.tries)
-            if source.tries:
-                spent = source.tries * request.weight
-                sent_at = source.limiter.clock()
-                ledger.record_calls(con, config.api_url, sent_at, spent, request_id)
+            _store(open_warehouse, source, request, request_id, frame, outcome)
+        spent = source.limiter.used(DAY_S)
+        progress(done, len(plan), f"{spent:,.1f} of {budget:,g} weighted calls used today")
+        if outcome.stopped:
+            break
+    return outcome
+
+
+def _store(
+    open_warehouse: OpenWarehouse,
+    source: OpenMeteoSource,
+    request: PlannedRequest,
+    request_id: str,
+    frame: pl.DataFrame | None,
+    outcome: FetchOutcome,
+) -> None:
+    """Record what `request` cost and store its rows (`frame`, None when there is no answer
+    to store); evict the response when any of its rows is quarantined."""
+    if not source.tries and frame is None:
+        return  # nothing was sent and nothing came back
+    config = source.config
+    with open_warehouse() as con:
+        if source.tries:
+            spent = source.tries * request.weight
+            ledger.record_calls(con, config.api_url, source.limiter.clock(), spent, request_id)
+        if frame is None:
+            return
         batch = frame.with_row_index("row_number", offset=1).with_columns(
             pl.col("row_number").cast(pl.Int64),
-            pl.lit(SOURCE).alias("source"),
+            pl.lit(source.source_name()).alias("source"),
             pl.lit(datetime.now(UTC).replace(tzinfo=None))
             .cast(pl.Datetime("us"))
             .alias("fetched_at"),
             pl.lit(request_id).alias("request_id"),
             pl.lit(config.api_url).alias("origin"),
         )
-        outcome.add(store_batch(con, batch))
-    return outcome
+        result = store_batch(con, batch)
+    outcome.add(result)
+    if result.quarantined:
+        source.evict()

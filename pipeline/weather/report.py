@@ -13,6 +13,7 @@ class PeakWeather:
     stored_days: int  # rows of this source in weather_daily for the peak
     needed_days: int  # days the peak's attempt windows need
     missing_days: int  # needed, not stored, and a rerun could still fetch them
+    quarantined_days: int  # needed, not stored: the source gave values the store rejected
     before_first_date: int  # needed days before ERA5 starts: no source has them
     requests: int  # HTTP requests sent this run (a multi-location request counts for each)
     weighted_calls: float  # this peak's share of Open-Meteo's weighted calls this run
@@ -38,9 +39,15 @@ class WeatherReport:
         return sum(peak.missing_days for peak in self.peaks)
 
     @property
+    def quarantined_days(self) -> int:
+        return sum(peak.quarantined_days for peak in self.peaks)
+
+    @property
     def complete(self) -> bool:
         """Nothing a rerun could still add: no early stop, no rejected response, no day that
-        the source could give still missing (archive: days outside the file don't count)."""
+        the source could give still missing (archive: days outside the file don't count).
+        Quarantined days are not missing: the source answered, with values that are kept out
+        (and asked again next run, since their cached response is dropped)."""
         if self.stopped or self.rejected:
             return False
         return self.source == "archive" or self.missing_days == 0
@@ -60,20 +67,22 @@ class WeatherReport:
         lines = [
             f"weather source: {self.source}",
             "",
-            "| peak | days stored | needed | missing | before 1940 | requests | weighted calls |",
-            "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+            "| peak | days stored | needed | missing | quarantined | before 1940 | requests "
+            "| weighted calls |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
         ]
         shown = [p for p in self.peaks if p.stored_days or p.requests or p.missing_days == 0]
         for p in shown:
             lines.append(
                 f"| {p.peakid} | {p.stored_days:,} | {p.needed_days:,} | {p.missing_days:,} | "
-                f"{p.before_first_date:,} | {p.requests:,} | {p.weighted_calls:,.1f} |"
+                f"{p.quarantined_days:,} | {p.before_first_date:,} | {p.requests:,} | "
+                f"{p.weighted_calls:,.1f} |"
             )
         lines.append(
             f"| total | {sum(p.stored_days for p in self.peaks):,} | "
             f"{sum(p.needed_days for p in self.peaks):,} | {self.missing_days:,} | "
-            f"{sum(p.before_first_date for p in self.peaks):,} | {self.requests:,} | "
-            f"{self.weighted_calls:,.1f} |"
+            f"{self.quarantined_days:,} | {sum(p.before_first_date for p in self.peaks):,} | "
+            f"{self.requests:,} | {self.weighted_calls:,.1f} |"
         )
         unserved = [p for p in self.peaks if p not in shown]
         if unserved:

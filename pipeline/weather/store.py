@@ -1,4 +1,8 @@
-"""`weather_daily`: validate a batch with Pandera, upsert the valid rows, quarantine the rest."""
+"""`weather_daily`: validate a batch with Pandera, upsert the valid rows, quarantine the rest.
+
+A quarantined row is recorded once: the same row (its values as read, without when or by which
+request it came) rejected for the same reason again by a rerun is not appended a second time.
+"""
 
 from __future__ import annotations
 
@@ -10,9 +14,11 @@ import polars as pl
 from pandera.api.polars.types import PolarsData
 
 from pipeline.features.spec import WEATHER_VARIABLES
-from pipeline.warehouse import frame_digest, query, run
+from pipeline.warehouse import frame_digest, query, registered, run
 
+# History sources; a forecast is stored as `forecast@<issue time>` (pipeline/weather/forecast.py).
 SOURCES = ("archive", "open-meteo")
+SOURCE_PATTERN = r"^(archive|open-meteo|forecast@\d{4}-\d{2}-\d{2}T\d{2}:\d{2}Z)$"
 TABLE = "weather_daily"
 
 # Physically possible daily values (units of the Open-Meteo defaults): a value outside is a
@@ -36,9 +42,10 @@ VARIABLE_RANGES: dict[str, tuple[float, float]] = {
 }
 assert tuple(VARIABLE_RANGES) == WEATHER_VARIABLES, "ranges must follow feature_spec"
 
-# Columns a batch carries besides the stored ones: where each row came from, for quarantine.
-ORIGIN_COLUMNS = ("origin", "row_number")
-STORED_COLUMNS = ("peakid", "date", "source", *WEATHER_VARIABLES, "fetched_at", "request_id")
+# A batch carries these and, for quarantine, where each row came from (`origin`, `row_number`).
+# The row as read is what a quarantine record holds (its request id goes to `load_digest`).
+RECORD_COLUMNS = ("peakid", "date", "source", *WEATHER_VARIABLES)
+STORED_COLUMNS = (*RECORD_COLUMNS, "fetched_at", "request_id")
 
 
 def _dates_contiguous(data: PolarsData) -> pl.LazyFrame:
@@ -57,7 +64,7 @@ WEATHER_SCHEMA = pa.DataFrameSchema(
     {
         "peakid": pa.Column(pl.String),
         "date": pa.Column(pl.Date),
-        "source": pa.Column(pl.String, pa.Check.isin(SOURCES)),
+        "source": pa.Column(pl.String, pa.Check.str_matches(SOURCE_PATTERN)),
         **{
             name: pa.Column(pl.Float64, pa.Check.in_range(low, high), nullable=True)
             for name, (low, high) in VARIABLE_RANGES.items()
@@ -110,22 +117,19 @@ def split_valid(batch: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
 
 
 def quarantine(con: duckdb.DuckDBPyConnection, rejected: pl.DataFrame) -> int:
-    """Rejected rows (with `reason`, `origin`, `row_number`) into the shared quarantine table."""
+    """Rejected rows (with `reason`, `origin`, `row_number`) into the shared quarantine table,
+    each unless it is there already; returns how many rows were rejected."""
     if rejected.is_empty():
         return 0
-    record_columns = [c for c in rejected.columns if c not in (*ORIGIN_COLUMNS, "reason")]
     rejects = rejected.select(
         pl.col("origin").alias("source"),
         pl.col("row_number").cast(pl.Int32),
-        pl.struct(record_columns).struct.json_encode().alias("record"),
+        pl.struct(RECORD_COLUMNS).struct.json_encode().alias("record"),
         pl.col("reason"),
         pl.col("request_id").alias("load_digest"),
     )
-    con.register("weather_rejects", rejects)
-    try:
+    with registered(con, weather_rejects=rejects):
         run(con, "weather_quarantine_insert")
-    finally:
-        con.unregister("weather_rejects")
     return rejects.height
 
 
@@ -136,9 +140,8 @@ def store_batch(con: duckdb.DuckDBPyConnection, batch: pl.DataFrame) -> StoreRes
     con.begin()
     try:
         if not valid.is_empty():
-            con.register("weather_batch", valid.select(STORED_COLUMNS))
-            run(con, "weather_upsert")
-            con.unregister("weather_batch")
+            with registered(con, weather_batch=valid.select(STORED_COLUMNS)):
+                run(con, "weather_upsert")
         quarantined = quarantine(con, rejected)
         con.commit()
     except BaseException:
@@ -147,7 +150,8 @@ def store_batch(con: duckdb.DuckDBPyConnection, batch: pl.DataFrame) -> StoreRes
     return StoreResult(stored=valid.height, quarantined=quarantined)
 
 
-def content_digest(con: duckdb.DuckDBPyConnection) -> tuple[int, str]:
-    """(rows, digest) of weather_daily's values, ignoring when and by which request they came."""
-    content = query(con, "weather_content")
+def content_digest(con: duckdb.DuckDBPyConnection, forecasts: bool = False) -> tuple[int, str]:
+    """(rows, digest) of weather_daily's history values (or its forecasts'), ignoring when and
+    by which request they came."""
+    content = query(con, "weather_content", {"forecasts": forecasts})
     return content.height, frame_digest(content)

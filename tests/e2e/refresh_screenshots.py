@@ -1,21 +1,22 @@
-"""Refresh the README's screenshots from running services and a finished `summit` run.
+"""Refresh the README's screenshots from running services, a finished `summit/train` run and,
+when there is one, a finished `summit/outlook` run.
 
     .venv/bin/python tests/e2e/refresh_screenshots.py            # after `make train`
     .venv/bin/python tests/e2e/refresh_screenshots.py --flow-run-id <id> --out docs/screenshots
 
 Opens the same pages, with the same checks, as the end-to-end UI test, and writes small PNGs
-(1280×800, 256 colours) of the run graph, the event feed entries, the lineage artifact and the
-MLflow model and run pages. The lineage expected in the event feed is read from the server's
-events, so any completed run can be shown.
+(256 colours) of the run graph, the event feed entries, the lineage, summary, drift and progress
+artifacts, the outlook artifact with its chart, and the MLflow model and run pages. The lineage
+expected in the event feed is read from the server's events, so any completed run can be shown.
+It logs in to the Prefect UI with the secret `deepsummit up` keeps (`--prefect-auth-file`, by
+default the one `deepsummit status` names).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
-import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: find `e2e`
@@ -28,42 +29,41 @@ from e2e.ui_checks import (
     check_mlflow_model,
     check_mlflow_run,
     check_run_artifacts,
+    log_in_to_prefect,
 )
 from mlflow import MlflowClient
 
+from flows.prefect_api import PrefectApi
+from flows.runner import progress_key
+from flows.services import prefect_auth_file
 from flows.stages import task_edges
-from flows.summit import LINEAGE_ARTIFACT
+from flows.summit import DRIFT_ARTIFACT, LINEAGE_ARTIFACT, OUTLOOK_ARTIFACT, SUMMARY_ARTIFACT
+from pipeline.config import load_settings
+from pipeline.serve.outlook import OUTLOOK_CHART_ALT
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _post(url: str, body: dict) -> dict | list:
-    request = urllib.request.Request(
-        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(request, timeout=30) as response:
-        return json.load(response)
-
-
-def latest_completed_run(prefect_url: str, flow_name: str) -> str:
-    runs = _post(
-        f"{prefect_url}/api/flow_runs/filter",
+def latest_completed_run(prefect: PrefectApi, deployment: str) -> str | None:
+    """The newest completed run of `deployment` (flow/name, e.g. summit/train), or None."""
+    flow_name, name = deployment.split("/")
+    runs = prefect.post(
+        "/flow_runs/filter",
         {
             "flows": {"name": {"any_": [flow_name]}},
+            "deployments": {"name": {"any_": [name]}},
             "flow_runs": {"state": {"type": {"any_": ["COMPLETED"]}}},
             "sort": "START_TIME_DESC",
             "limit": 1,
         },
     )
-    if not runs:
-        raise SystemExit(f"{prefect_url}: no completed run of flow {flow_name!r}; run one first")
-    return runs[0]["id"]
+    return runs[0]["id"] if runs else None
 
 
-def lineage_of(prefect_url: str, flow_run_id: str) -> dict[str, list[str]]:
+def lineage_of(prefect: PrefectApi, flow_run_id: str) -> dict[str, list[str]]:
     """asset key → upstream asset keys, from the run's materialisation events."""
-    page = _post(
-        f"{prefect_url}/api/events/filter",
+    page = prefect.post(
+        "/events/filter",
         {
             "filter": {
                 "any_resource": {"id": [f"prefect.flow-run.{flow_run_id}"]},
@@ -85,30 +85,54 @@ def lineage_of(prefect_url: str, flow_run_id: str) -> dict[str, list[str]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--prefect-url", default="http://127.0.0.1:4200")
+    parser.add_argument(
+        "--prefect-auth-file",
+        type=Path,
+        default=prefect_auth_file(load_settings()),
+        help="the Prefect server's secret (user:password), as `deepsummit up` wrote it",
+    )
     parser.add_argument("--mlflow-url", default="http://127.0.0.1:5000")
-    parser.add_argument("--flow", default="summit", help="flow whose latest completed run to show")
+    parser.add_argument(
+        "--deployment", default="summit/train", help="deployment whose latest run to show"
+    )
     parser.add_argument("--flow-run-id", help="this run instead of the latest completed one")
     parser.add_argument("--model", default="deepsummit", help="registered model name")
     parser.add_argument("--alias", default="champion", help="model version alias to show")
-    parser.add_argument("--artifact", default=LINEAGE_ARTIFACT, help="artifact of the run to show")
+    parser.add_argument(
+        "--artifacts",
+        nargs="*",
+        default=[LINEAGE_ARTIFACT, SUMMARY_ARTIFACT, DRIFT_ARTIFACT, progress_key("train")],
+        help="artifacts of the run to show",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "screenshots")
     # Wide enough that the artifact page's side panel leaves the lineage table whole.
     parser.add_argument("--width", type=int, default=1680, help="viewport width in CSS pixels")
     parser.add_argument("--height", type=int, default=900, help="viewport height in CSS pixels")
     args = parser.parse_args()
 
-    flow_run_id = args.flow_run_id or latest_completed_run(args.prefect_url, args.flow)
-    lineage = lineage_of(args.prefect_url, flow_run_id)
+    prefect = PrefectApi(f"{args.prefect_url}/api", args.prefect_auth_file.read_text().strip())
+    flow_run_id = args.flow_run_id or latest_completed_run(prefect, args.deployment)
+    if flow_run_id is None:
+        raise SystemExit(f"{prefect.url}: no completed run of {args.deployment}; run one first")
+    outlook_run_id = latest_completed_run(prefect, "summit/outlook")
     version = MlflowClient(args.mlflow_url).get_model_version_by_alias(args.model, args.alias)
     window = (args.width, args.height)
     with tempfile.TemporaryDirectory() as scratch, launch_browser(Path(scratch), window) as browser:
-        check_flow_run_stages(
-            browser, args.prefect_url, flow_run_id, [], task_edges(), publish_to=args.out
-        )
-        check_asset_events(browser, args.prefect_url, flow_run_id, lineage, publish_to=args.out)
-        check_run_artifacts(
-            browser, args.prefect_url, flow_run_id, {args.artifact: []}, publish_to=args.out
-        )
+        log_in_to_prefect(browser, prefect, flow_run_id)
+        check_flow_run_stages(browser, prefect, flow_run_id, [], task_edges(), publish_to=args.out)
+        lineage = lineage_of(prefect, flow_run_id)
+        check_asset_events(browser, prefect, flow_run_id, lineage, publish_to=args.out)
+        artifacts = dict.fromkeys(args.artifacts, ())
+        check_run_artifacts(browser, prefect, flow_run_id, artifacts, publish_to=args.out)
+        if outlook_run_id is not None:
+            check_run_artifacts(
+                browser,
+                prefect,
+                outlook_run_id,
+                {OUTLOOK_ARTIFACT: ["best push day"]},
+                publish_to=args.out,
+                expected_images={OUTLOOK_ARTIFACT: [OUTLOOK_CHART_ALT]},
+            )
         run_id = check_mlflow_model(
             browser, args.mlflow_url, args.model, version.version, args.alias, args.out
         )

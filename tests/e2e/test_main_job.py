@@ -6,14 +6,12 @@ process behind. Services run on free ports with every file under a temporary fol
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,12 +21,15 @@ from e2e.browser import launch_browser
 from e2e.ui_checks import check_mlflow_model, check_mlflow_run, check_prefect_flow_run
 from flows_fixtures import as_environment, isolated_paths, write_bundle_slice
 from mlflow import MlflowClient
+from openmeteo_server import OpenMeteoServer
 
 from flows import services
 from flows.resources import RESOURCES, source_asset
-from flows.stages import task_edges
-from flows.summit import LINEAGE_ARTIFACT, SUMMARY_ARTIFACT
+from flows.runner import progress_key
+from flows.stages import OUTLOOK_CHAIN, task_edges
+from flows.summit import DRIFT_ARTIFACT, LINEAGE_ARTIFACT, OUTLOOK_ARTIFACT, SUMMARY_ARTIFACT
 from pipeline.config import PROJECT_ROOT, Settings, load_settings
+from pipeline.serve.outlook import OUTLOOK_CHART_ALT
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
@@ -60,7 +61,12 @@ class Stack:
         # The CLI and this test use the servers of this session, like the worker does.
         self.settings: Settings = load_settings(overrides=overrides)
         self.env.update(services.prefect_env(self.settings))
-        self.api = self.settings.services.prefect_api_url
+
+    def up(self) -> None:
+        """`deepsummit up`, then talk to the server with the secret it generated."""
+        self.cli("up")
+        self.env.update(services.prefect_env(self.settings))
+        self.prefect = services.prefect_api(self.settings)
 
     def cli(self, *args: str) -> str:
         result = subprocess.run(
@@ -70,9 +76,9 @@ class Stack:
         assert result.returncode == 0, result.stdout + result.stderr
         return result.stdout
 
-    def trigger(self, *params: str, watch: bool = True) -> str:
-        """`prefect deployment run summit/train`; the flow run id."""
-        command = [PREFECT, "deployment", "run", "summit/train"]
+    def trigger(self, *params: str, watch: bool = True, deployment: str = "summit/train") -> str:
+        """`prefect deployment run <deployment>`; the flow run id."""
+        command = [PREFECT, "deployment", "run", deployment]
         command += [arg for p in params for arg in ("--param", p)]
         command += ["--watch", "--watch-timeout", "600"] if watch else []
         result = subprocess.run(command, env=self.env, capture_output=True, text=True, timeout=660)
@@ -80,18 +86,10 @@ class Stack:
         return re.search(r"UUID: ([0-9a-f-]{36})", result.stdout).group(1)
 
     def post(self, path: str, body: dict[str, Any]) -> Any:
-        request = urllib.request.Request(
-            f"{self.api}{path}",
-            data=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json"},
-            method="POST",
-        )
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return json.loads(response.read())
+        return self.prefect.post(path, body)
 
     def get(self, path: str) -> Any:
-        with urllib.request.urlopen(f"{self.api}{path}", timeout=30) as response:
-            return json.loads(response.read())
+        return self.prefect.get(path)
 
     def wait_finished(self, flow_run_id: str, timeout_s: float = 600) -> dict[str, Any]:
         deadline = time.monotonic() + timeout_s
@@ -165,7 +163,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     stack = Stack(tmp_path_factory.mktemp("e2e"))
     started = time.monotonic()
     try:
-        stack.cli("up")
+        stack.up()
         print(f"\n`deepsummit up`: {time.monotonic() - started:.1f} s")
         yield stack
     finally:
@@ -248,7 +246,6 @@ def test_lineage_and_model_are_readable_in_the_uis(
     """What a person sees in the browser: the run's stages, each asset's materialisation with
     its upstream assets, the lineage artifact with digests and MLflow links; the champion
     version on the registered model page and the run's metrics and plots."""
-    prefect_url = stack.api.removesuffix("/api")
     mlflow_url = stack.settings.mlflow.tracking_uri
     upstream = stack.materialized(first_run)
     lineage = stack.post("/artifacts/filter", {"artifacts": {"flow_run_id": {"any_": [first_run]}}})
@@ -259,12 +256,16 @@ def test_lineage_and_model_are_readable_in_the_uis(
     with launch_browser(tmp_path / "screenshots") as browser:
         events = check_prefect_flow_run(
             browser,
-            prefect_url,
+            stack.prefect,
             first_run,
             expected_stages=STAGES,
             expected_assets=upstream,
             expected_edges=task_edges(),
-            expected_artifacts={LINEAGE_ARTIFACT: sorted(set(DIGEST.findall(lineage_markdown)))},
+            expected_artifacts={
+                LINEAGE_ARTIFACT: sorted(set(DIGEST.findall(lineage_markdown))),
+                DRIFT_ARTIFACT: ["Input drift"],
+                progress_key("train"): ["train: 6 of 6"],
+            },
             expected_links={LINEAGE_ARTIFACT: [mlflow_url]},
         )
         assert set(events) == set(upstream)  # a card, with rows and digest, for every asset
@@ -307,7 +308,9 @@ def test_a_stage_command_runs_as_a_flow_on_the_local_server(stack: Stack, first_
 
 def test_predict_scores_a_planned_attempt_with_the_champion(stack: Stack, first_run: str) -> None:
     output = stack.cli("predict", "--peak", "KANG", "--date", "2015-05-10", "--age", "35")
-    match = re.search(r"P\(summit\) = (0\.\d+|1\.0+) for KANG on 2015-05-10", output)
+    match = re.search(
+        r"P\(summit\) = (0\.\d+|1\.0+) \(seeds [^)]+\) for KANG on 2015-05-10", output
+    )
     assert match, output
     assert "deepsummit@champion" in output
     assert "tokens that weighed most" in output
@@ -329,6 +332,84 @@ def test_a_stage_command_fails_with_one_line_on_bad_input(stack: Stack, tmp_path
     assert "Traceback" not in result.stdout + result.stderr
     (error,) = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
     assert "absent.csv" in error
+
+
+def test_the_outlook_is_scheduled_in_the_climbing_seasons_only(stack: Stack) -> None:
+    deployment = stack.get("/deployments/name/summit/outlook")
+    crons = sorted(s["schedule"]["cron"] for s in deployment["schedules"])
+    assert crons == ["30 5 * 4-5 *", "30 5 * 9-10 *"]  # April-May, September-October
+    assert {s["schedule"]["timezone"] for s in deployment["schedules"]} == {"Asia/Kathmandu"}
+    assert all(s["active"] for s in deployment["schedules"])
+
+
+@pytest.fixture(scope="module")
+def forecast_server() -> Iterator[OpenMeteoServer]:
+    with OpenMeteoServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def outlook_run(stack: Stack, first_run: str, forecast_server: OpenMeteoServer) -> str:
+    options = f'options={{"forecast_url": "{forecast_server.forecast_url}", "peaks": ["KANG"]}}'
+    started = time.monotonic()
+    flow_run_id = stack.trigger(options, deployment="summit/outlook")
+    print(f"\nsummit/outlook run: {time.monotonic() - started:.1f} s")
+    return flow_run_id
+
+
+def test_the_outlook_deployment_writes_outlooks_from_the_champion_and_the_forecast(
+    stack: Stack, outlook_run: str, forecast_server: OpenMeteoServer, tmp_path: Path
+) -> None:
+    """`prefect deployment run summit/outlook` against the local forecast server: the outlooks
+    asset's upstreams are the champion's version and the forecast weather, and the artifact
+    shows the table and the chart in the Prefect UI."""
+    assert stack.get(f"/flow_runs/{outlook_run}")["state_type"] == "COMPLETED"
+    settings = stack.settings
+    outlooks, forecast, model, peaks = (
+        RESOURCES[name].assets(settings)[0].key
+        for name in ("outlooks", "forecast_weather", "champion_model", "peaks")
+    )
+    api = source_asset(forecast_server.forecast_url).key
+    champion = MlflowClient(settings.mlflow.tracking_uri).get_model_version_by_alias(
+        "deepsummit", "champion"
+    )
+    assert model.endswith(f"/models/deepsummit/{champion.version}")
+    with launch_browser(tmp_path / "screenshots") as browser:
+        events = check_prefect_flow_run(
+            browser,
+            stack.prefect,
+            outlook_run,
+            expected_stages=[stage.name for stage in OUTLOOK_CHAIN],
+            expected_assets={outlooks: {forecast, model}, forecast: {peaks, api}},
+            expected_edges=task_edges(OUTLOOK_CHAIN),
+            expected_artifacts={OUTLOOK_ARTIFACT: ["KANG: best push day", "team: expected"]},
+            expected_images={OUTLOOK_ARTIFACT: [OUTLOOK_CHART_ALT]},
+        )
+    assert events[outlooks]["payload"]["model_version"] == str(champion.version)
+    assert events[outlooks]["payload"]["written"] == 16 * (12 + 1)
+
+
+def test_the_outlook_command_prints_each_member_and_the_team(
+    stack: Stack, first_run: str, forecast_server: OpenMeteoServer
+) -> None:
+    url = forecast_server.forecast_url
+    output = stack.cli(
+        "outlook", "--peak", "KANG", "--days", "5", "--age", "35", "--sex", "F",
+        "--agency", "Nobody Ever Treks", "--forecast-url", url,
+    )  # fmt: skip
+    assert re.search(r"^  push day( +\d\d-\d\d\*?){5}$", output, re.MULTILINE), output
+    assert re.search(r"^  member( +[01]\.\d\d){5}$", output, re.MULTILINE), output
+    assert re.search(r"^  team: expected( +[01]\.\d\d){5}$", output, re.MULTILINE), output
+    assert "best push day" in output and "forecast@" in output
+    assert "agency 'Nobody Ever Treks'" in output
+    result = subprocess.run(
+        [sys.executable, "-m", "flows.cli", "outlook", "--peak", "KANG", "--from", "2099-05-10",
+         "--forecast-url", url],
+        env=stack.env, cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert re.fullmatch(r"error: KANG: push day 2099-05-25 is beyond the forecast horizon .*", last)
 
 
 def test_down_leaves_no_process_behind(stack: Stack, first_run: str) -> None:

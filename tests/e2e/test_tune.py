@@ -32,7 +32,7 @@ from prefect.client.schemas.filters import (
     FlowRunFilterParentFlowRunId,
 )
 from prefect.client.schemas.objects import FlowRun
-from prefect.settings import PREFECT_API_URL, temporary_settings
+from prefect.settings import PREFECT_API_AUTH_STRING, PREFECT_API_URL, temporary_settings
 
 from flows import services
 from pipeline.config import PROJECT_ROOT, Settings, load_settings
@@ -64,11 +64,16 @@ def _prefect(settings: Settings, *args: str) -> str:
     return result.stdout
 
 
+def _server(settings: Settings) -> dict[Any, Any]:
+    """Prefect client settings for the session's server, with the secret `up` generated."""
+    return {
+        PREFECT_API_URL: settings.services.prefect_api_url,
+        PREFECT_API_AUTH_STRING: services.prefect_auth_string(settings),
+    }
+
+
 def _online_workers(settings: Settings) -> set[str]:
-    with (
-        temporary_settings({PREFECT_API_URL: settings.services.prefect_api_url}),
-        get_client(sync_client=True) as client,
-    ):
+    with temporary_settings(_server(settings)), get_client(sync_client=True) as client:
         workers = client.read_workers_for_work_pool(settings.services.work_pool)
     return {w.name for w in workers if w.status == "ONLINE"}
 
@@ -128,10 +133,7 @@ def _wait(settings: Settings, flow_run_id: str, kill_one: bool) -> tuple[FlowRun
     running at the same time, so the kill also witnesses that trials run side by side."""
     killed = None
     deadline = time.monotonic() + 900
-    with (
-        temporary_settings({PREFECT_API_URL: settings.services.prefect_api_url}),
-        get_client(sync_client=True) as client,
-    ):
+    with temporary_settings(_server(settings)), get_client(sync_client=True) as client:
         while time.monotonic() < deadline:
             run = client.read_flow_run(flow_run_id)
             if run.state and run.state.is_final():
@@ -157,10 +159,7 @@ def test_a_search_across_two_workers_survives_a_killed_trial_and_resumes(stack):
     assert killed is not None, "two trials were never seen running at once"
 
     # Trials ran as their own flow runs, under the search, two at a time; the killed one crashed.
-    with (
-        temporary_settings({PREFECT_API_URL: settings.services.prefect_api_url}),
-        get_client(sync_client=True) as client,
-    ):
+    with temporary_settings(_server(settings)), get_client(sync_client=True) as client:
         trials = {str(t.id): t for t in _trial_runs(client, tune_id)}
     assert len(trials) == 3
     assert trials[killed].state.name == "Crashed"

@@ -2,6 +2,8 @@
 
 Prefect 3.8.8 serves two UIs: V2 (React, the default for a browser without a saved choice) under
 `/v2/`, V1 (Vue) under `/`. These checks use V2:
+- With the server's auth on, any page first shows a login form (`/v2/login?redirectTo=…`, one
+  password field for the `user:password` secret) and returns to the page asked for.
 - `/v2/runs/flow-run/<id>`: the run graph (a canvas, so no text) above tabs; `?tab=TaskRuns`
   lists the task runs by name, `?tab=Artifacts` links each artifact to `/v2/artifacts/key/<key>`.
 - `/v2/events?resource=["prefect.flow-run.<id>"]&events=["prefect.asset.materialization.succeeded"]`
@@ -21,13 +23,15 @@ from __future__ import annotations
 import json
 import re
 import time
-import urllib.request
 from collections.abc import Collection, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from urllib.parse import urlencode
 
 from e2e.browser import Browser, PageCheckFailed
+from selenium.webdriver.common.by import By
+
+from flows.prefect_api import PrefectApi
 
 MATERIALIZED = "prefect.asset.materialization.succeeded"
 MATERIALIZED_TITLE = "Asset Materialization Succeeded"
@@ -40,9 +44,33 @@ def prefect_ui(base_url: str) -> str:
     return base_url.rstrip("/") + "/v2"
 
 
+def log_in_to_prefect(browser: Browser, prefect: PrefectApi, flow_run_id: str) -> None:
+    """Log in as a person does: open a run's link, meet the login page the UI shows in its
+    place, type the server's secret into its password field, and land on that run.
+
+    The UI keeps the login in the browser's local storage, so later pages open directly.
+    """
+    ui = prefect_ui(prefect.ui_url)
+    browser.open(f"{ui}/runs/flow-run/{flow_run_id}", expect=["Login"])
+    if "/login" not in browser.driver.current_url:
+        raise PageCheckFailed(f"{browser.driver.current_url}: the run opened without a login")
+    browser.driver.find_element(By.CSS_SELECTOR, "input[type=password]").send_keys(
+        prefect.auth_string
+    )
+    browser.click_text("Login")
+    browser.wait_until(
+        lambda _: (
+            []
+            if f"/runs/flow-run/{flow_run_id}" in browser.driver.current_url
+            else ["the run's page after the login"]
+        )
+    )
+    browser.wait_for_text(["Logout"])
+
+
 def check_flow_run_stages(
     browser: Browser,
-    base_url: str,
+    prefect: PrefectApi,
     flow_run_id: str,
     expected_stages: Sequence[str],
     expected_edges: Collection[tuple[str, str]] = (),
@@ -54,7 +82,7 @@ def check_flow_run_stages(
     A task run is named `<task name>-<3 hex>` (or exactly its task_run_name). The graph is a
     canvas, so its edges are read from the graph data the page itself received. Returns the text.
     """
-    ui = prefect_ui(base_url)
+    ui = prefect_ui(prefect.ui_url)
 
     def missing(text: str) -> list[str]:
         lines = {line.strip() for line in text.splitlines()}
@@ -101,7 +129,7 @@ def _graph_edges(graph: dict) -> set[tuple[str, str]]:
 
 def check_asset_events(
     browser: Browser,
-    base_url: str,
+    prefect: PrefectApi,
     flow_run_id: str,
     expected_assets: Mapping[str, Collection[str]],
     metadata_fields: Sequence[str] = ("rows", "digest"),
@@ -116,7 +144,7 @@ def check_asset_events(
     asset as resource, those upstream assets, and the metadata fields in its payload.
     Returns asset key → the event a card links to.
     """
-    ui = prefect_ui(base_url)
+    ui = prefect_ui(prefect.ui_url)
     start = since or datetime.now(UTC) - timedelta(days=1)
     query = urlencode(
         {
@@ -148,7 +176,7 @@ def check_asset_events(
 
     events: dict[str, dict] = {}
     for detail_url, card_text in cards:
-        event = _card_event(base_url, detail_url)
+        event = _card_event(prefect, detail_url)
         key = event["resource"]["prefect.resource.id"]
         if key in expected_assets:
             events[key] = event
@@ -174,17 +202,19 @@ def check_asset_events(
 
 def check_run_artifacts(
     browser: Browser,
-    base_url: str,
+    prefect: PrefectApi,
     flow_run_id: str,
     expected: Mapping[str, Sequence[str]],
     expected_links: Mapping[str, Sequence[str]] = {},
     publish_to: Path | None = None,
+    expected_images: Mapping[str, Sequence[str]] = {},
 ) -> None:
     """The run's Artifacts tab lists each artifact key; this run's version shows the texts.
 
-    `expected_links` maps an artifact key to URL prefixes its rendered page must link to.
+    `expected_links` maps an artifact key to URL prefixes its rendered page must link to;
+    `expected_images` to the alt texts of images it must show (loaded, with real pixels).
     """
-    ui = prefect_ui(base_url)
+    ui = prefect_ui(prefect.ui_url)
     browser.open(f"{ui}/runs/flow-run/{flow_run_id}?tab=Artifacts", expect=list(expected))
     browser.screenshot("prefect-run-artifacts")
     for key, contents in expected.items():
@@ -197,6 +227,13 @@ def check_run_artifacts(
                 absent = [p for p in expected_links.get(key, ()) if not browser.links(p)]
                 if absent:
                     raise PageCheckFailed(f"{url}: no link to {absent}")
+                browser.wait_until(
+                    lambda _, k=key: [
+                        alt
+                        for alt in expected_images.get(k, ())
+                        if alt not in browser.loaded_images()
+                    ]
+                )
                 browser.screenshot(f"prefect-artifact-{key}", publish_to=publish_to)
                 break
         else:
@@ -205,7 +242,7 @@ def check_run_artifacts(
 
 def check_prefect_flow_run(
     browser: Browser,
-    base_url: str,
+    prefect: PrefectApi,
     flow_run_id: str,
     expected_stages: Sequence[str],
     expected_assets: Mapping[str, Collection[str]],
@@ -213,16 +250,25 @@ def check_prefect_flow_run(
     expected_artifacts: Mapping[str, Sequence[str]] = {},
     expected_links: Mapping[str, Sequence[str]] = {},
     publish_to: Path | None = None,
+    expected_images: Mapping[str, Sequence[str]] = {},
 ) -> dict[str, dict]:
-    """All the Prefect UI checks of one flow run; returns the asset events (key → event)."""
+    """All the Prefect UI checks of one flow run, from the login on; returns the asset events
+    (key → event)."""
+    log_in_to_prefect(browser, prefect, flow_run_id)
     check_flow_run_stages(
-        browser, base_url, flow_run_id, expected_stages, expected_edges, publish_to
+        browser, prefect, flow_run_id, expected_stages, expected_edges, publish_to
     )
     events = check_asset_events(
-        browser, base_url, flow_run_id, expected_assets, publish_to=publish_to
+        browser, prefect, flow_run_id, expected_assets, publish_to=publish_to
     )
     check_run_artifacts(
-        browser, base_url, flow_run_id, expected_artifacts, expected_links, publish_to
+        browser,
+        prefect,
+        flow_run_id,
+        expected_artifacts,
+        expected_links,
+        publish_to,
+        expected_images,
     )
     return events
 
@@ -252,6 +298,8 @@ def check_mlflow_model(
         f"{base}/#/models/{model_name}/versions/{version}",
         expect=[version_label, "Aliases", f"@ {alias}", "Source Run"],
     )
+    # The source run's link comes with a later request than the page's text.
+    browser.wait_until(lambda _: [] if browser.links("/runs/") else ["a link to the source run"])
     browser.screenshot("mlflow-model-version")
     runs = [re.search(r"/runs/([0-9a-f]{32})", url) for url in browser.links("/runs/")]
     run_ids = {match.group(1) for match in runs if match}
@@ -331,20 +379,15 @@ def _event_cards(browser: Browser) -> list[tuple[str, str]]:
     )
 
 
-def _card_event(base_url: str, detail_url: str) -> dict:
+def _card_event(prefect: PrefectApi, detail_url: str) -> dict:
     """The event a feed card links to, read from the events API by the id in the card's link.
 
     (The Raw tab's code view renders only the lines in view, so long events cannot be read
     whole from the page; what the card itself shows is checked against this event.)
     """
     event_id = detail_url.split("?")[0].rstrip("/").rsplit("/", 1)[1]
-    request = urllib.request.Request(
-        f"{base_url.rstrip('/')}/api/events/filter",
-        data=json.dumps({"filter": {"id": {"id": [event_id]}}, "limit": 1}).encode(),
-        headers={"Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(request, timeout=30) as response:
-        (event,) = json.loads(response.read())["events"]
+    found = prefect.post("/events/filter", {"filter": {"id": {"id": [event_id]}}, "limit": 1})
+    (event,) = found["events"]
     return event
 
 

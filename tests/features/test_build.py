@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 import duckdb
@@ -30,15 +29,8 @@ pytest_plugins = ["features_fixtures"]
 
 
 @pytest.fixture(scope="module")
-def built(bundle_warehouse: Path, tmp_path_factory: pytest.TempPathFactory):
-    tmp = tmp_path_factory.mktemp("built")
-    warehouse = tmp / "w.duckdb"
-    shutil.copy(bundle_warehouse, warehouse)
-    settings = settings_for(tmp, warehouse)
-    report = build_features(settings, RunContext(tmp / "run"))
-    with duckdb.connect(str(warehouse), read_only=True) as con:
-        features = con.table("features").pl()
-    return settings, report, features
+def built(bundle_features):
+    return bundle_features
 
 
 def test_bundle_build_reports_the_split_table(built) -> None:
@@ -68,7 +60,9 @@ def test_split_by_year_keeps_expeditions_whole_and_no_outcome_column(built) -> N
     assert bounds["test"][1] <= split.test_until
     sides = features.group_by("expid", "year").agg(pl.col("split").n_unique())
     assert sides["split"].max() == 1
-    assert not OUTCOME_COLUMNS & set(features.columns)
+    # The features table keeps the retrospective reference (member oxygen use, recorded after
+    # the climb) for analysis; the model's arrays never read it (tests/features/test_spec.py).
+    assert OUTCOME_COLUMNS & set(features.columns) == {"oxygen_used"}
     assert features.columns[-len(TABULAR_FEATURES) :] == list(TABULAR_FEATURES)
     # overall summit rate near the README's 0.4076 for members with smtdate on the 8 peaks
     assert 0.38 < features["label"].mean() < 0.44
@@ -76,7 +70,7 @@ def test_split_by_year_keeps_expeditions_whole_and_no_outcome_column(built) -> N
 
 def test_folder_holds_the_snapshot_arrays_and_preprocessing(built) -> None:
     _, report, features = built
-    assert report.directory.name == report.digest[:12]
+    assert report.directory.name == report.snapshot_digest[:12]
     snapshot = pl.read_parquet(report.directory / "features.parquet")
     assert frame_digest(snapshot) == report.digest == frame_digest(features)
     arrays, preprocessor = load_features(report.directory)
@@ -84,7 +78,7 @@ def test_folder_holds_the_snapshot_arrays_and_preprocessing(built) -> None:
     assert preprocessor.weather_source == "archive"
     for name, figures in report.splits.items():
         assert len(arrays[name]) == figures.attempts
-        assert arrays[name].weather.shape == (figures.attempts, 26, 15)
+        assert arrays[name].weather.shape == (figures.attempts, 26, 16)
         assert float(arrays[name].label.mean()) == pytest.approx(figures.label_rate)
     train = arrays["train"]
     # z-scored with train statistics: train columns have mean ~0 where present

@@ -10,16 +10,13 @@ import polars as pl
 import pytest
 
 from pipeline.features.preprocessing import Preprocessor
-from pipeline.features.spec import (
-    BINARY_FEATURES,
-    CATEGORICAL_FEATURES,
-    NUMERIC_FEATURES,
-    WEATHER_TOKENS,
-    WEATHER_VARIABLES,
-)
+from pipeline.features.spec import SPEC_INPUT_SET, WEATHER_CHANNELS, WEATHER_TOKENS
 from pipeline.features.windows import window_days
 
 DATES = [dt.date(2010, 5, 1), dt.date(2010, 5, 2)]
+NUMERIC_FEATURES = SPEC_INPUT_SET.numeric
+CATEGORICAL_FEATURES = SPEC_INPUT_SET.categorical
+BINARY_FEATURES = SPEC_INPUT_SET.binary
 
 
 def features(rows: list[dict]) -> pl.DataFrame:
@@ -45,7 +42,7 @@ def windows(values: dict[dt.date, float]) -> pl.DataFrame:
                 peakid=pl.lit("PEAK"),
                 date=pl.lit(date),
                 day_of_year=pl.lit(date.timetuple().tm_yday) - pl.col("middle_days_before"),
-                **{name: pl.lit(value) for name in WEATHER_VARIABLES},
+                **{name: pl.lit(value) for name in WEATHER_CHANNELS},
             ).with_columns(precipitation_hours=pl.lit(None, pl.Float64))
         )
     return pl.concat(frames)
@@ -63,7 +60,7 @@ WINDOWS = windows({DATES[0]: 1.0, DATES[1]: 5.0})
 
 
 def fit(train: pl.DataFrame = TRAIN, min_count: int = 2) -> Preprocessor:
-    return Preprocessor.fit(train, WINDOWS, "archive", min_count, {"digest": "d"})
+    return Preprocessor.fit(train, WINDOWS, SPEC_INPUT_SET, "archive", min_count, {"digest": "d"})
 
 
 def test_vocabularies_keep_frequent_train_values_and_fold_the_rest_into_unknown() -> None:
@@ -72,9 +69,8 @@ def test_vocabularies_keep_frequent_train_values_and_fold_the_rest_into_unknown(
     rows = features([{"nationality": "Nepal"}, {"nationality": "France"}, {"nationality": None}])
     arrays = pre.transform(rows.with_columns(peakid=pl.lit("PEAK")), WINDOWS)
     assert arrays.categorical[:, CATEGORICAL_FEATURES.index("nationality")].tolist() == [1, 0, 0]
-    notes = pre.unknown_notes(rows.with_columns(peakid=pl.lit("PEAK")))
-    assert "nationality: 'France' is not in the training vocabulary (unknown)" in notes
-    assert "nationality: missing, encoded as unknown" in notes
+    notes = pre.unknown_notes_by_row(rows.with_columns(peakid=pl.lit("PEAK")))
+    assert notes == [[], ["nationality 'France' is not in the training vocabulary: unknown"], []]
 
 
 def test_numeric_statistics_come_from_the_fitted_rows_and_missing_stays_masked() -> None:
@@ -102,9 +98,9 @@ def test_weather_statistics_weigh_each_window_by_its_train_attempts() -> None:
     assert pre.weather.std["temperature_2m_mean"] == pytest.approx(np.sqrt(3.0))
     assert pre.weather.mean["precipitation_hours"] is None
     arrays = pre.transform(TRAIN, WINDOWS)
-    hours = WEATHER_VARIABLES.index("precipitation_hours")
+    hours = WEATHER_CHANNELS.index("precipitation_hours")
     assert arrays.weather_missing[:, :, hours].all()
-    assert not arrays.weather_missing[:, :, :hours].any()
+    assert arrays.weather_missing.sum() == arrays.weather_missing[:, :, hours].sum()
     np.testing.assert_allclose(arrays.weather[3, :, 0], (5.0 - 2.0) / np.sqrt(3.0), rtol=1e-6)
 
 
@@ -117,8 +113,8 @@ def test_every_array_has_the_contract_shape_and_dtype() -> None:
         "categorical": ((n, 6), np.int64),
         "binary": ((n, 6), np.int64),
         "binary_missing": ((n, 6), np.bool_),
-        "weather": ((n, 26, 15), np.float32),
-        "weather_missing": ((n, 26, 15), np.bool_),
+        "weather": ((n, 26, 16), np.float32),
+        "weather_missing": ((n, 26, 16), np.bool_),
         "days_before": ((n, 26), np.float32),
         "day_of_year": ((n, 26), np.float32),
         "label": ((n,), np.float32),
@@ -139,6 +135,17 @@ def test_json_round_trip_and_a_planned_row_without_label() -> None:
     arrays = again.transform(planned, WINDOWS)
     assert np.isnan(arrays.label).all()
     document = json.loads(pre.to_json())
-    document["numeric_features"][0] = "years"
-    with pytest.raises(ValueError, match="numeric_features"):
+    document["weather_channels"][0] = "temperature_2m_median"
+    with pytest.raises(ValueError, match="weather channels"):
         Preprocessor.from_json(json.dumps(document))
+
+
+def test_a_model_reads_exactly_its_input_set() -> None:
+    """The extension inputs widen the arrays; a model of the spec's tokens never sees them."""
+    extended = SPEC_INPUT_SET.of((*SPEC_INPUT_SET.names, "agency", "staff_per_member"))
+    train = TRAIN.with_columns(agency=pl.lit("Asian Trekking"), staff_per_member=pl.lit(1.5))
+    pre = Preprocessor.fit(train, WINDOWS, extended, "archive", 1)
+    arrays = pre.transform(train, WINDOWS)
+    assert (arrays.numeric.shape[1], arrays.categorical.shape[1]) == (9, 7)
+    assert pre.model_dimensions()["categorical_cardinalities"][-1] == 2  # unknown + the agency
+    assert fit().transform(train, WINDOWS).numeric.shape[1] == 8

@@ -11,8 +11,13 @@ from features_tables import create_contract_tables, expedition, insert, member, 
 from polars.testing import assert_frame_equal
 
 from pipeline.errors import PipelineError
-from pipeline.features.spec import OUTCOME_COLUMNS, TABULAR_TOKENS
-from pipeline.features.tabular import ATTEMPT_INPUT_SCHEMA, TABULAR_FEATURES, attempt_features
+from pipeline.features.spec import INPUTS_BY_NAME, OUTCOME_COLUMNS, Known
+from pipeline.features.tabular import (
+    ATTEMPT_INPUT_SCHEMA,
+    TABULAR_FEATURES,
+    attempt_features,
+    build_history,
+)
 
 pytest_plugins = ["features_fixtures"]
 
@@ -21,11 +26,9 @@ K = 20.0  # prior strength
 
 def planned(expid: str, number: int, year: int, season: str = "Spring", **values) -> dict:
     """A planned attempt: the attempt input columns only (no outcome)."""
-    row = {
-        name: value
-        for name, value in (expedition(expid, year) | member(expid, number, year)).items()
-        if name in ATTEMPT_INPUT_SCHEMA
-    }
+    recorded = expedition(expid, year) | member(expid, number, year)
+    recorded["o2_planned"] = recorded["o2used"]  # the expedition's plan, as trained
+    row = {name: value for name, value in recorded.items() if name in ATTEMPT_INPUT_SCHEMA}
     return row | {"expid": expid, "season": season, "climber_id": None} | values
 
 
@@ -61,24 +64,35 @@ def history(tmp_path: Path) -> duckdb.DuckDBPyConnection:
     rows[4] |= {"climber_id": "C1", "success": False, "highpoint_metres": 7000}
     rows[8]["climber_id"] = "C1"  # concurrent expedition in the attempt's own season
     insert(con, "members", rows)
+    build_history(con)
     yield con
     con.close()
 
 
 def test_success_rates_count_earlier_seasons_only_smoothed_toward_the_prior(history) -> None:
-    features = attempt_features(history, frame([planned("E09", 1, 2009, route1="R")]), "archive", K)
-    # earlier seasons: S08 (4 members, 1 summit), A08 (2, 1), W09 (1, 1): 3 of 7
-    prior = 3 / 7
+    features = attempt_features(history, frame([planned("E09", 1, 2009, route1="R")]), K)
+    # earlier seasons: S08 (4 members, 1 summit), A08 (2, 1): 2 of 6. W09 is Winter 2009,
+    # December 2009 into 2010: after Spring 2009, so it must not count.
+    prior = 2 / 6
     row = features.row(0, named=True)
-    assert row["peak_success_rate"] == pytest.approx((3 + K * prior) / (7 + K))
-    # route R: S08 and W09 (Winter comes before Spring in a year): 2 of 5
-    assert row["route_success_rate"] == pytest.approx((2 + K * prior) / (5 + K))
-    other_route = attempt_features(
-        history, frame([planned("E09", 1, 2009, route1="NEW")]), "archive", K
-    )
+    assert row["peak_success_rate"] == pytest.approx((2 + K * prior) / (6 + K))
+    # route R: S08 only: 1 of 4
+    assert row["route_success_rate"] == pytest.approx((1 + K * prior) / (4 + K))
+    other_route = attempt_features(history, frame([planned("E09", 1, 2009, route1="NEW")]), K)
     assert other_route["route_success_rate"][0] == pytest.approx(prior)  # no history: the prior
-    first = attempt_features(history, frame([planned("X", 1, 2008, season="Spring")]), "archive", K)
+    first = attempt_features(history, frame([planned("X", 1, 2008, season="Spring")]), K)
     assert first["peak_success_rate"][0] is None  # nothing earlier at all: missing
+
+
+def test_winter_comes_after_autumn_of_its_year(history) -> None:
+    """Winter of 2009 (December 2009 into 2010) counts for Spring 2010, not for Autumn 2009."""
+    autumn = attempt_features(history, frame([planned("F", 1, 2009, season="Autumn")]), K)
+    spring = attempt_features(history, frame([planned("G", 1, 2010, season="Spring")]), K)
+    # Autumn 2009 sees 2008 and Spring 2009 (S08 4/1, A08 2/1, E09 1/0, C09 3/3): 5 of 10.
+    assert autumn["peak_success_rate"][0] == pytest.approx((5 + K * 0.5) / (10 + K))
+    # Spring 2010 also sees Autumn 2009 (F09 2/2) and Winter 2009 (W09 1/1): 8 of 13.
+    prior = 8 / 13
+    assert spring["peak_success_rate"][0] == pytest.approx((8 + K * prior) / (13 + K))
 
 
 def test_climber_experience_from_earlier_seasons_and_missing_without_an_id(history) -> None:
@@ -87,7 +101,7 @@ def test_climber_experience_from_earlier_seasons_and_missing_without_an_id(histo
         planned("E09", 2, 2009, climber_id="NEWCOMER"),
         planned("E09", 3, 2009),
     ]
-    features = attempt_features(history, frame(rows), "archive", K).sort("member_id")
+    features = attempt_features(history, frame(rows), K).sort("member_id")
     experience = features.select("prior_expeditions", "prior_summits", "highest_prev_altitude_m")
     assert experience.rows() == [(2.0, 1.0, 8000.0), (0.0, 0.0, None), (None, None, None)]
 
@@ -97,18 +111,23 @@ def test_member_attributes_follow_the_documented_rules(history) -> None:
         planned("E09", 1, 2009, sex="F", hired=True, citizenship="Nepal"),
         planned("E09", 2, 2009, sex=None, hired=True, citizenship="India/Nepal"),
         planned("E09", 3, 2009, hired=True, citizenship="France", oxygen_used=False),
-        planned("E09", 4, 2009, hired=False, citizenship="Nepal", commercial=True, o2used=False),
+        planned(
+            "E09", 4, 2009, hired=False, citizenship="Nepal", commercial=True, o2_planned=False
+        ),
         planned("E09", 5, 2009, hired=True, citizenship=None),
     ]
-    features = attempt_features(history, frame(rows), "archive", K).sort("member_id")
+    features = attempt_features(history, frame(rows), K).sort("member_id")
     columns = ["sex", "is_hired", "is_sherpa", "oxygen_planned", "is_commercial", "o2_available"]
+    # Both oxygen tokens carry the expedition's plan: member 3's own (post-climb) oxygen use
+    # changes neither; it shows only in the retrospective reference column.
     assert features.select(columns).rows() == [
         (0, 1, 1, 1, 0, 1),
         (None, 1, 1, 1, 0, 1),
-        (1, 1, 0, 0, 0, 1),
-        (1, 0, 0, 1, 1, 0),
+        (1, 1, 0, 1, 0, 1),
+        (1, 0, 0, 0, 1, 0),
         (1, 1, None, 1, 0, 1),
     ]
+    assert features["oxygen_used"].to_list() == [1, 1, 0, 1, 1]
     first = features.row(0, named=True)
     assert (first["heightm"], first["himal"], first["nationality"], first["peakid"]) == (
         8500.0,
@@ -119,21 +138,22 @@ def test_member_attributes_follow_the_documented_rules(history) -> None:
 
 
 def test_no_outcome_column_reaches_the_features(history) -> None:
-    assert len(TABULAR_FEATURES) == TABULAR_TOKENS
-    assert not OUTCOME_COLUMNS & set(TABULAR_FEATURES)
-    assert not OUTCOME_COLUMNS & set(ATTEMPT_INPUT_SCHEMA)
+    # The one outcome among the inputs is the retrospective reference, declared as such.
+    assert OUTCOME_COLUMNS & set(TABULAR_FEATURES) == {"oxygen_used"}
+    assert OUTCOME_COLUMNS & set(ATTEMPT_INPUT_SCHEMA) == {"oxygen_used"}
+    assert INPUTS_BY_NAME["oxygen_used"].known is Known.AFTER_CLIMB
     attempt = frame([planned("E09", 1, 2009)])
     summited = attempt.with_columns(success=True, smtmembers=9, highpoint_metres=8848)
     failed = attempt.with_columns(success=False, smtmembers=0, highpoint_metres=5000)
-    a = attempt_features(history, summited, "archive", K)
-    b = attempt_features(history, failed, "archive", K)
+    decision = [name for name in TABULAR_FEATURES if name not in OUTCOME_COLUMNS]
+    a = attempt_features(history, summited, K).select(decision)
+    b = attempt_features(history, failed, K).select(decision)
     assert_frame_equal(a, b)
-    assert not OUTCOME_COLUMNS & set(a.columns)
 
 
 def test_a_missing_input_column_is_one_clear_error(history) -> None:
     with pytest.raises(PipelineError, match=r"lack column.*climber_id"):
-        attempt_features(history, frame([planned("E09", 1, 2009)]).drop("climber_id"), "x", K)
+        attempt_features(history, frame([planned("E09", 1, 2009)]).drop("climber_id"), K)
 
 
 def test_changing_later_outcomes_moves_no_earlier_feature(bundle_copy: Path) -> None:
@@ -141,18 +161,22 @@ def test_changing_later_outcomes_moves_no_earlier_feature(bundle_copy: Path) -> 
     changes (its own season never counts), while later attempts do (the test can fail)."""
     con = duckdb.connect(str(bundle_copy))
     attempts = con.sql(
-        "SELECT e.*, m.* EXCLUDE (expedition_id, peakid, year, season, success, source) "
-        "FROM members m JOIN expeditions e ON e.expid = m.expedition_id "
-        "AND e.year = m.year WHERE e.peakid IN ('EVER', 'CHOY', 'AMAD') AND m.year >= 2003"
+        "SELECT e.*, m.* EXCLUDE (expedition_id, peakid, year, season, success, source), "
+        "e.o2used AS o2_planned, d.trekking_agency AS agency, d.hired_staff, d.basecamp_date "
+        "FROM members m JOIN expeditions e ON e.expid = m.expedition_id AND e.year = m.year "
+        "LEFT JOIN expedition_details d ON d.expid = e.expid AND d.year = e.year "
+        "WHERE e.peakid IN ('EVER', 'CHOY', 'AMAD') AND m.year >= 2003"
     ).pl()
-    before = attempt_features(con, attempts, "archive", K)
+    build_history(con)
+    before = attempt_features(con, attempts, K)
     con.execute(
         "UPDATE members SET success = NOT success, highpoint_metres = 1000 "
-        "WHERE year > 2005 OR (year = 2005 AND season = 'Autumn')"
+        "WHERE year > 2005 OR (year = 2005 AND season IN ('Autumn', 'Winter'))"
     )
-    after = attempt_features(con, attempts, "archive", K)
+    build_history(con)
+    after = attempt_features(con, attempts, K)
     con.close()
-    up_to = pl.col("year") <= 2005  # Autumn is the last season of a year
+    up_to = (pl.col("year") < 2005) | ((pl.col("year") == 2005) & (pl.col("season") != "Winter"))
     assert before.filter(up_to).height > 1000
     assert_frame_equal(before.filter(up_to), after.filter(up_to))
     assert not before.filter(~up_to).equals(after.filter(~up_to))

@@ -12,15 +12,15 @@ import numpy as np
 import polars as pl
 import pytest
 from features_tables import create_contract_tables, insert
-from polars.testing import assert_frame_equal
 
 from pipeline.features.spec import (
-    CIRCULAR_WEATHER_VARIABLES,
+    DIRECTION_VARIABLE,
+    WEATHER_CHANNELS,
     WEATHER_TOKENS,
     WEATHER_VARIABLES,
     WINDOW_DAYS,
 )
-from pipeline.features.windows import compute_windows, window_days, window_for, window_tensors
+from pipeline.features.windows import compute_windows, window_days, window_tensors
 
 pytest_plugins = ["features_fixtures"]
 
@@ -60,7 +60,7 @@ def weather_con(tmp_path: Path) -> duckdb.DuckDBPyConnection:
 
 
 def _by_hand(rows: list[dict], date: dt.date) -> tuple[np.ndarray, list[float], list[int]]:
-    """The 26×15 window of `date` from plain Python over the daily rows."""
+    """The 26×16 window of `date` from plain Python over the daily rows."""
     by_day = {(date - row["date"]).days: row for row in rows}
     spans = [(1, 7), (3, 10), (10, 9)]  # (days per token, tokens): the spec's scales
     values, days_before, day_of_year = [], [], []
@@ -72,20 +72,18 @@ def _by_hand(rows: list[dict], date: dt.date) -> tuple[np.ndarray, list[float], 
             day_of_year.append(
                 (date - dt.timedelta(days=newest + (width - 1) // 2)).timetuple().tm_yday
             )
-            token = []
+            token = {}
             for name in WEATHER_VARIABLES:
                 present = [
                     by_day[d][name] for d in days if d in by_day and by_day[d][name] is not None
                 ]
-                if not present:
-                    token.append(math.nan)
-                elif name in CIRCULAR_WEATHER_VARIABLES:
-                    s = sum(math.sin(math.radians(v)) for v in present) / len(present)
-                    c = sum(math.cos(math.radians(v)) for v in present) / len(present)
-                    token.append(math.degrees(math.atan2(s, c)) % 360)
+                if name == DIRECTION_VARIABLE:  # the mean direction vector's two components
+                    for channel, f in (("sin", math.sin), ("cos", math.cos)):
+                        mean = sum(f(math.radians(v)) for v in present) / len(present)
+                        token[f"wind_direction_{channel}"] = mean if present else math.nan
                 else:
-                    token.append(sum(present) / len(present))
-            values.append(token)
+                    token[name] = sum(present) / len(present) if present else math.nan
+            values.append([token[channel] for channel in WEATHER_CHANNELS])
     return np.array(values), days_before, day_of_year
 
 
@@ -114,29 +112,35 @@ def test_sql_window_equals_the_window_computed_by_hand(weather_con) -> None:
     _, values, days_before, day_of_year = window_tensors(windows)
 
     expected, expected_before, expected_doy = _by_hand(_daily_rows("archive", seed=1), DATE)
-    assert values.shape == (1, 26, 15)
+    assert values.shape == (1, 26, 16)
     np.testing.assert_allclose(values[0], expected, rtol=1e-9, atol=1e-9, equal_nan=True)
     np.testing.assert_allclose(days_before[0], expected_before)
     assert day_of_year[0].tolist() == expected_doy
     assert windows["missing_days"].unique().to_list() == [1]  # the one absent day
 
-    direction = values[0, :, WEATHER_VARIABLES.index("wind_direction_10m_dominant")]
-    assert ((direction < 25) | (direction > 335)).all()  # circular, not arithmetic, means
-    assert np.isnan(values[0, :, WEATHER_VARIABLES.index("precipitation_hours")]).all()
-    snow = values[0, :, WEATHER_VARIABLES.index("snowfall_sum")]
+    # Directions around north: 359° and 1° are neighbours, so every token points north.
+    north = values[0, :, WEATHER_CHANNELS.index("wind_direction_cos")]
+    assert (north > 0.8).all()
+    assert np.isnan(values[0, :, WEATHER_CHANNELS.index("precipitation_hours")]).all()
+    snow = values[0, :, WEATHER_CHANNELS.index("snowfall_sum")]
     assert np.isnan(snow[15])  # the three-day token D-5..D-3: NULL on all its days
     assert not np.isnan(snow[4])  # the daily token D-2 has snow
 
 
-def test_missing_days_count_absent_rows_and_window_for_is_the_same_query(weather_con) -> None:
+def test_missing_days_count_absent_rows(weather_con) -> None:
     later = DATE + dt.timedelta(days=3)  # three days past the last weather row
-    both = compute_windows(
-        weather_con, pl.DataFrame({"peakid": ["TEST", "TEST"], "date": [DATE, later]}), "archive"
+    targets = pl.DataFrame({"peakid": ["TEST", "TEST", "NOPE"], "date": [DATE, later, DATE]})
+    windows = compute_windows(weather_con, targets, "archive")
+    missing = dict(
+        windows.group_by("peakid", "date")
+        .agg(pl.col("missing_days").max())
+        .select(pl.concat_str("peakid", pl.col("date").cast(pl.String)), "missing_days")
+        .iter_rows()
     )
-    single = window_for(weather_con, "TEST", later, "archive")
-    assert_frame_equal(single, both.filter(pl.col("date") == later), rel_tol=1e-12)
-    assert single["missing_days"].unique().to_list() == [4]  # 3 future days + the absent one
-    nowhere = window_for(weather_con, "NOPE", DATE, "archive")
-    assert nowhere.height == WEATHER_TOKENS
-    assert nowhere["missing_days"].unique().to_list() == [WINDOW_DAYS]
-    assert set(nowhere.select(WEATHER_VARIABLES).null_count().row(0)) == {WEATHER_TOKENS}
+    assert missing == {
+        f"TEST{DATE}": 1,  # the absent day
+        f"TEST{later}": 4,  # 3 future days + the absent one
+        f"NOPE{DATE}": WINDOW_DAYS,  # a peak without weather
+    }
+    nowhere = windows.filter(pl.col("peakid") == "NOPE")
+    assert set(nowhere.select(WEATHER_CHANNELS).null_count().row(0)) == {WEATHER_TOKENS}

@@ -5,13 +5,18 @@ from __future__ import annotations
 
 import json
 import re
+import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from prefect.cli.deploy._models import PrefectYamlModel
+from prefect.client.schemas.objects import FlowRun
+from prefect.utilities.schema_tools import ValidationError, validate
 from prefect.utilities.templating import apply_values, find_placeholders
+from prefect.workers.process import ProcessJobConfiguration
 
 from pipeline.config import PROJECT_ROOT, Settings
 
@@ -68,15 +73,17 @@ def test_job_configuration_only_references_defined_variables(name: str) -> None:
     assert referenced <= defined, f"undefined: {referenced - defined}"
 
 
-def _rendered(name: str) -> dict[str, Any]:
-    """The job configuration as a worker renders it with the variables' defaults."""
+def _rendered(name: str, values: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The job configuration as a worker renders it with the variables' defaults and `values`
+    (BaseJobConfiguration.from_template_and_values, whose block and variable lookups these
+    templates do not use)."""
     template = _template(name)
     defaults = {
         key: spec["default"]
         for key, spec in template["variables"]["properties"].items()
         if "default" in spec
     }
-    return apply_values(template["job_configuration"], defaults)
+    return apply_values(template["job_configuration"], {**defaults, **(values or {})})
 
 
 def test_docker_template_requests_gpus_through_the_nvidia_runtime() -> None:
@@ -102,13 +109,111 @@ def test_kubernetes_template_puts_the_gpu_count_in_resource_limits() -> None:
 def test_process_template_is_what_the_local_pool_is_created_with() -> None:
     from flows.services import PROCESS_JOB_TEMPLATE
 
-    assert PROCESS_JOB_TEMPLATE.exists()
-    assert set(_template(PROCESS_JOB_TEMPLATE.name)["job_configuration"]) >= {"command", "env"}
+    assert PROCESS_JOB_TEMPLATE.name in TEMPLATES
+
+
+def _check_job_variables(job_variables: dict[str, Any]) -> None:
+    """What the server does to a flow run's job variables before it accepts the run
+    (prefect.server.api.validation): validate them against the pool's variables schema."""
+    schema = _template("process-job-template.json")["variables"]
+    validate(job_variables, schema, raise_on_error=True, preprocess=True, ignore_required=True)
+
+
+@pytest.mark.parametrize(
+    "job_variables",
+    [
+        {"command": "touch /tmp/deepsummit-pwned"},
+        {"working_dir": "/tmp"},
+        {"env": {"PYTHONSTARTUP": "/tmp/evil.py"}},
+        {"env": {"LD_PRELOAD": "/tmp/evil.so"}},
+        {"env.LD_PRELOAD": "/tmp/evil.so"},  # the worker reads a dotted key as env's
+    ],
+)
+def test_process_pool_refuses_a_command_or_code_loading_environment(
+    job_variables: dict[str, Any],
+) -> None:
+    with pytest.raises(ValidationError):
+        _check_job_variables(job_variables)
+
+
+def test_process_pool_takes_deepsummit_settings_in_env() -> None:
+    _check_job_variables({"env": {"DEEPSUMMIT_TRAIN__MAX_EPOCHS": "3"}, "stream_output": False})
+
+
+def test_process_worker_runs_its_own_command_whatever_the_run_sends() -> None:
+    """Even a variable the server let through (one stored before this template) cannot set the
+    command: the job configuration has no place for it."""
+    sent = {"command": "touch /tmp/deepsummit-pwned", "working_dir": "/tmp"}
+    configuration = ProcessJobConfiguration(**_rendered("process-job-template.json", sent))
+    configuration.prepare_for_flow_run(FlowRun(id=uuid.uuid4(), flow_id=uuid.uuid4()))
+    assert configuration.command == f"{sys.executable} -m prefect.engine"
+    assert configuration.working_dir is None
 
 
 @pytest.fixture(scope="module")
 def compose() -> dict[str, Any]:
     return yaml.safe_load((DEPLOYMENTS / "docker-compose.yml").read_text())
+
+
+# Compose's interpolation: ${NAME}, ${NAME:-default}, ${NAME-default}, ${NAME:?error},
+# ${NAME?error}; `$$` is a literal `$` (a variable of the container's shell).
+COMPOSE_VARIABLE = re.compile(r"(?<!\$)\$\{(\w+)(?:(:?[-?])([^}]*))?\}")
+# Addresses people browse, not secrets: these alone may fall back to a default.
+COMPOSE_ADDRESSES = {"PREFECT_UI_URL", "MLFLOW_UI_URL"}
+
+
+def _interpolate(text: str, env: dict[str, str]) -> str:
+    def value(match: re.Match) -> str:
+        name, operator, argument = match.groups()
+        if name in env and (env[name] or not (operator or "").startswith(":")):
+            return env[name]
+        if operator and operator.endswith("?"):
+            raise KeyError(f"{name}: {argument}")
+        return argument if operator else ""
+
+    return COMPOSE_VARIABLE.sub(value, text).replace("$$", "$")
+
+
+def test_compose_requires_every_secret_and_defaults_only_addresses() -> None:
+    text = (DEPLOYMENTS / "docker-compose.yml").read_text()
+    references = COMPOSE_VARIABLE.findall(text)
+    assert references
+    defaulted = {name for name, operator, _ in references if operator != ":?"}
+    assert defaulted <= COMPOSE_ADDRESSES, defaulted - COMPOSE_ADDRESSES
+    secrets = {name for name, _, _ in references} - COMPOSE_ADDRESSES
+    assert secrets >= {"PREFECT_AUTH_STRING", "PREFECT_DB_PASSWORD", "MINIO_ROOT_PASSWORD"}
+    for missing in secrets:
+        given = {name: f"{name.lower()}-value" for name in secrets - {missing}}
+        with pytest.raises(KeyError, match=f"{missing}: set {missing}"):
+            _interpolate(text, given)
+    rendered = yaml.safe_load(_interpolate(text, {name: f"<{name}>" for name in secrets}))
+    prefect = rendered["services"]["prefect-server"]["environment"]
+    assert prefect["PREFECT_SERVER_API_AUTH_STRING"] == "<PREFECT_AUTH_STRING>"
+    assert "$${MINIO_ROOT_USER}" in text  # the bucket job's shell variable stays a variable
+    assert "${MINIO_ROOT_USER}" in rendered["services"]["minio-bucket"]["entrypoint"]
+
+
+def test_compose_publishes_ports_on_loopback_only(compose: dict) -> None:
+    services = compose["services"]
+    published = {name: service["ports"] for name, service in services.items() if "ports" in service}
+    assert set(published) >= {"prefect-server", "mlflow", "minio"}
+    for name, ports in published.items():
+        assert all(str(port).startswith("127.0.0.1:") for port in ports), (name, ports)
+
+
+def test_compose_prefect_requires_the_login_and_csrf_and_its_own_origin(compose: dict) -> None:
+    services = compose["services"]
+    server = services["prefect-server"]["environment"]
+    assert server["PREFECT_SERVER_API_AUTH_STRING"].startswith("${PREFECT_AUTH_STRING:?")
+    assert server["PREFECT_SERVER_CSRF_PROTECTION_ENABLED"] == "true"
+    assert server["PREFECT_SERVER_CORS_ALLOWED_ORIGINS"] == server["PREFECT_UI_URL"]
+    assert "*" not in server["PREFECT_SERVER_CORS_ALLOWED_ORIGINS"]
+    worker = services["gpu-worker"]["environment"]
+    assert worker["PREFECT_API_AUTH_STRING"] == server["PREFECT_SERVER_API_AUTH_STRING"]
+    mlflow = services["mlflow"]["command"]
+    hosts = re.search(r"--allowed-hosts (\S+)", mlflow).group(1).split(",")
+    assert "mlflow:5000" in hosts and "*" not in mlflow  # the worker reaches it as mlflow:5000
+    assert "--cors-allowed-origins ${MLFLOW_UI_URL:-http://127.0.0.1:5000}" in mlflow
 
 
 def test_compose_services_reference_each_other_correctly(compose: dict) -> None:

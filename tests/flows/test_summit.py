@@ -32,9 +32,17 @@ from prefect.testing.utilities import prefect_test_harness
 from weather_fixtures import load_mini_tables
 
 from flows.resources import RESOURCES, source_asset
-from flows.runner import _retry_options, cache_inputs
+from flows.runner import _retry_options, cache_inputs, progress_key
 from flows.stages import CHAIN, STAGES, WEATHER, Retry, task_edges
-from flows.summit import LINEAGE_ARTIFACT, STAGE_FLOWS, SUMMARY_ARTIFACT, stage_flow, summit
+from flows.summit import (
+    LINEAGE_ARTIFACT,
+    OUTLOOK_ARTIFACT,
+    STAGE_FLOWS,
+    SUMMARY_ARTIFACT,
+    outlook,
+    stage_flow,
+    summit,
+)
 from pipeline.config import Settings, load_settings
 from pipeline.errors import PipelineError, QuotaExhausted
 from pipeline.warehouse import connect
@@ -173,6 +181,67 @@ def test_lineage_and_summary_artifacts_are_published(runs, workspace) -> None:
     assert "champion" in summary and "logistic" in summary.lower()
 
 
+def test_training_reports_its_progress_as_a_prefect_artifact(runs) -> None:
+    first, _ = runs
+    with get_client(sync_client=True) as client:
+        artifacts = client.read_artifacts(
+            artifact_filter=ArtifactFilter(
+                flow_run_id=ArtifactFilterFlowRunId(any_=[first.state_details.flow_run_id])
+            )
+        )
+    (progress,) = [a for a in artifacts if a.key == progress_key("train")]
+    assert progress.type == "progress"
+    # tiny: 3 seeds of 2 epochs, every epoch run (early stopping never cuts 2 epochs short)
+    assert float(progress.data) == 100.0
+    assert progress.description.startswith("train: 6 of 6 (seed 44 (3 of 3), epoch 2:")
+
+
+def _artifacts(flow_run_id: Any) -> dict[str, Any]:
+    with get_client(sync_client=True) as client:
+        artifacts = client.read_artifacts(
+            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]))
+        )
+    return {a.key: a for a in artifacts}
+
+
+def test_the_outlook_materialises_from_the_champion_and_the_forecast(
+    runs, workspace, tmp_path: Path
+) -> None:
+    """summit/outlook's flow: forecast, then outlook; the outlooks asset's upstreams are the
+    champion's model version and the forecast weather, and its artifact has the chart."""
+    overrides, settings = workspace
+    changed = copy.deepcopy(overrides)
+    with OpenMeteoServer() as server:
+        changed["forecast"] = {"api_url": server.forecast_url, "cache_path": str(tmp_path)}
+        changed["outlook"] = {"peaks": ["ANN1", "KANG"], "days": 4}
+        state = outlook(profile="tiny", overrides=changed, return_state=True)
+        assert server.requests == 2
+
+    assert state.is_completed(), state.message
+    report = state.result()
+    flow_run_id = state.state_details.flow_run_id
+    assert [p.peakid for p in report.peaks] == ["ANN1", "KANG"]
+    assert report.model_version == runs[0].result()["model_version"]
+    events = _materialisations(flow_run_id, expected=2)
+    outlooks, forecast = key(settings, "outlooks"), key(settings, "forecast_weather")
+    model = key(settings, "champion_model")
+    assert model.endswith(f"/models/deepsummit/{report.model_version}")
+    upstream = {r.id for r in events[outlooks].related if r.role == "asset"}
+    assert upstream == {forecast, model}
+    assert events[outlooks].payload["model_version"] == report.model_version
+    assert events[outlooks].payload["written"] == 2 * 4 * (12 + 1)
+    assert set(events[forecast].payload["sources"]) == {"ANN1", "KANG"}
+    states = _task_states_by_name(flow_run_id)
+    assert states == {"forecast": "Completed", "outlook": "Completed"}
+    task_runs = _task_runs(flow_run_id)
+    waits = {str(i.id) for i in task_runs["outlook"].task_inputs.get("wait_for", [])}
+    assert waits == {str(task_runs["forecast"].id)}
+    published = _artifacts(flow_run_id)
+    assert "data:image/png;base64," in published[OUTLOOK_ARTIFACT].data
+    assert "best push day" in published[OUTLOOK_ARTIFACT].data
+    assert f"`{outlooks}`" in published[LINEAGE_ARTIFACT].data
+
+
 def test_an_unchanged_rerun_reuses_every_stage(runs) -> None:
     first, second = runs
     assert second.is_completed(), second.message
@@ -184,17 +253,27 @@ def test_an_unchanged_rerun_reuses_every_stage(runs) -> None:
 
 
 def test_a_changed_input_table_invalidates_the_stage_that_reads_it(runs, workspace) -> None:
-    """One weather value changes in the warehouse: the features stage, which declares
-    weather_daily among its reads, recomputes; run again unchanged, it is served cached."""
+    """One history weather value changes in the warehouse: the features stage, which declares
+    weather_daily among its reads, recomputes; run again unchanged, it is served cached. A
+    forecast stored in the same table (the outlook's) is not the features' input."""
     overrides, settings = workspace
+    features = STAGE_FLOWS["features"]
+    features(profile="tiny", overrides=overrides)
+    with connect(settings.paths.warehouse) as con:
+        con.execute(
+            "INSERT OR REPLACE INTO weather_daily SELECT * REPLACE "
+            "('forecast@2026-01-01T00:00Z' AS source) FROM weather_daily LIMIT 100"
+        )
+    forecast_only = features(profile="tiny", overrides=overrides, return_state=True)
     with connect(settings.paths.warehouse) as con:
         con.execute(
             "UPDATE weather_daily SET temperature_2m_mean = temperature_2m_mean + 1 "
-            "WHERE date = (SELECT max(date) FROM weather_daily)"
+            "WHERE source = 'archive' "
+            "AND date = (SELECT max(date) FROM weather_daily WHERE source = 'archive')"
         )
-    features = STAGE_FLOWS["features"]
     changed = features(profile="tiny", overrides=overrides, return_state=True)
     again = features(profile="tiny", overrides=overrides, return_state=True)
+    assert _task_states_by_name(forecast_only.state_details.flow_run_id) == {"features": "Cached"}
     assert _task_states_by_name(changed.state_details.flow_run_id) == {"features": "Completed"}
     assert _task_states_by_name(again.state_details.flow_run_id) == {"features": "Cached"}
 
@@ -247,6 +326,19 @@ def test_cache_inputs_follow_each_stage_s_own_declared_inputs(workspace) -> None
     cache_elsewhere["weather"]["cache_path"] = str(Path(overrides["paths"]["var_dir"]) / "c2")
     moved = load_settings("tiny", cache_elsewhere)
     assert cache_inputs(STAGES["weather"], moved) == by_stage["weather"]
+
+
+def test_a_snapshot_written_again_with_the_same_content_is_the_same_train_input(
+    runs, workspace
+) -> None:
+    """The train stage's key follows the snapshot's content digest, not its files' times."""
+    _, settings = workspace
+    before = cache_inputs(STAGES["train"], settings)
+    snapshot = RESOURCES["features_snapshot"].location(settings)
+    for path in snapshot.rglob("*"):
+        path.touch()  # as a rebuild that writes the same bytes again
+    assert cache_inputs(STAGES["train"], settings) == before
+    assert before["reads"]["features_snapshot"].startswith(snapshot.name)
 
 
 def _open_meteo_workspace(root: Path, server: OpenMeteoServer) -> dict[str, Any]:

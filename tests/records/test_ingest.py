@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import gzip
+import io
+import multiprocessing
+import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import polars as pl
@@ -22,21 +26,27 @@ from ingest_fixtures import (
     dbf_bytes,
     hdb_csv,
     http_folder,  # noqa: F401 (fixture)
+    write_sources,
 )
 
+from pipeline import warehouse
 from pipeline.config import Settings, load_settings
 from pipeline.context import RunContext
-from pipeline.errors import SourceUnreadable
+from pipeline.errors import PipelineError, SourceUnreadable
 from pipeline.records.ingest import IngestReport, ingest_records
 
 
-def settings_for(tmp_path: Path, **sources: str) -> Settings:
-    return load_settings(
-        overrides={
-            "paths": {"warehouse": str(tmp_path / "w.duckdb"), "runs_dir": str(tmp_path / "runs")},
-            "sources": sources,
-        }
-    )
+def overrides_for(tmp_path: Path, ingest: dict[str, Any] | None = None, **sources: str) -> dict:
+    return {
+        "paths": {"warehouse": str(tmp_path / "w.duckdb"), "runs_dir": str(tmp_path / "runs")},
+        # A test of its own sources leaves the bundle's expedition details out.
+        "sources": {"expedition_details": None, **sources} if sources else {},
+        "ingest": ingest or {},
+    }
+
+
+def settings_for(tmp_path: Path, ingest: dict[str, Any] | None = None, **sources: str) -> Settings:
+    return load_settings(overrides=overrides_for(tmp_path, ingest, **sources))
 
 
 def table(settings: Settings, sql: str) -> pl.DataFrame:
@@ -69,7 +79,12 @@ def counts(report: IngestReport) -> dict[str, tuple[int, int, int]]:
 
 def test_bundle_rows_read_match_its_readme(bundle: BundleRuns) -> None:
     read = {table: values[0] for table, values in counts(bundle.first).items()}
-    assert read == {"peaks": 462, "expeditions": 11_634, "members": 76_519}
+    assert read == {
+        "peaks": 462,
+        "expeditions": 11_634,
+        "expedition_details": 10_364,
+        "members": 76_519,
+    }
 
 
 def test_bundle_quarantine_is_exactly_the_known_bad_rows(bundle: BundleRuns) -> None:
@@ -81,17 +96,31 @@ def test_bundle_quarantine_is_exactly_the_known_bad_rows(bundle: BundleRuns) -> 
     unknown_peak = members.filter(~pl.col("peak_id").is_in(peaks.implode()))
     assert unknown_peak.height == 379 and unknown_peak["peak_id"].n_unique() == 26
 
+    details = pl.read_csv(BUNDLE / "expeditions_tidytuesday.csv.gz", infer_schema=False)
+    details_unknown_peak = details.filter(~pl.col("peak_id").is_in(peaks.implode()))
+    details_no_season = details.filter(pl.col("season") == "Unknown")
+    assert (details_unknown_peak.height, details_no_season.height) == (59, 2)
+    details_bad = details_unknown_peak.join(details_no_season, on=details.columns, how="full")
+    assert details_bad.height == 60  # one expedition has both
+
     quarantine = bundle.quarantine_after_first
     by_table = quarantine.group_by("table_name").len().sort("table_name").rows()
-    assert by_table == [("expeditions", 1), ("members", 379 + 2)]
-    assert (quarantine["reason"].str.contains("unknown peak id")).sum() == unknown_peak.height
+    assert by_table == [
+        ("expedition_details", 60),
+        ("expeditions", 1),
+        ("members", 379 + 2),
+    ]
+    assert (quarantine["reason"].str.contains("unknown peak id")).sum() == (
+        unknown_peak.height + details_unknown_peak.height
+    )
     above_summit = quarantine.filter(pl.col("reason").str.starts_with("injury_height_metres"))
     assert above_summit["record"].str.extract(r'"member_id":"([^"]+)"').sort().to_list() == [
         "EVER16121-05",
         "EVER17104-26",
     ]
+    # Season Unknown: DHA149001 and MARD67001, in the expedition files and among the members.
     season = quarantine.filter(pl.col("reason").str.contains("season"))
-    assert season["record"].str.contains("DHA149001|MARD67001-01").all() and season.height == 2
+    assert season["record"].str.contains("DHA149001|MARD67001").all() and season.height == 4
     assert quarantine["record"].str.starts_with("{").all()  # the row as read, as JSON
     assert quarantine["load_digest"].str.len_chars().unique().to_list() == [64]
 
@@ -148,8 +177,9 @@ def test_report_renders_counts_reasons_and_data_docs(bundle: BundleRuns) -> None
     assert bundle.first.rows == {
         "peaks": 462,
         "expeditions": 11_633,
+        "expedition_details": 10_304,
         "members": 76_138,
-        "quarantine": 382,
+        "quarantine": 442,
     }
 
 
@@ -208,7 +238,12 @@ def test_native_hdb_export_fills_the_same_clean_tables(tmp_path: Path) -> None:
         hdb_expeditions=str(tmp_path / "exped.csv"),
     )
     report = ingest_records(settings, RunContext(tmp_path / "run"))
-    assert counts(report) == {"peaks": (2, 2, 0), "expeditions": (2, 2, 0), "members": (4, 3, 1)}
+    assert counts(report) == {
+        "peaks": (2, 2, 0),
+        "expeditions": (2, 2, 0),
+        "expedition_details": (0, 0, 0),  # not configured: the export has no such table
+        "members": (4, 3, 1),
+    }
     joined = table(
         settings,
         "SELECT m.member_id, m.climber_id, e.smtdate FROM members m "
@@ -219,7 +254,12 @@ def test_native_hdb_export_fills_the_same_clean_tables(tmp_path: Path) -> None:
     assert climbers[0] == climbers[1] != climbers[2]  # one person on two expeditions
     assert str(joined["smtdate"][1]) == "2019-05-23"
     layouts = {s.table: s.layout for s in report.sources}
-    assert layouts == {"peaks": "peaks", "expeditions": "hdb_expeditions", "members": "hdb_members"}
+    assert layouts == {
+        "peaks": "peaks",
+        "expeditions": "hdb_expeditions",
+        "expedition_details": "expeditions_tidytuesday",  # empty: not configured
+        "members": "hdb_members",
+    }
 
 
 def test_unreadable_source_raises_one_line_and_writes_nothing(tmp_path: Path) -> None:
@@ -229,3 +269,122 @@ def test_unreadable_source_raises_one_line_and_writes_nothing(tmp_path: Path) ->
     with pytest.raises(SourceUnreadable, match=r"members\.csv\.gz: truncated or corrupt gzip"):
         ingest_records(settings, RunContext(tmp_path / "run"))
     assert not settings.paths.warehouse.exists()
+
+
+def stored_state(settings: Settings) -> dict[str, str]:
+    """Every table of the warehouse and its content digest (quarantined_at included)."""
+    with warehouse.connect(settings.paths.warehouse, read_only=True) as con:
+        names = [row[0] for row in con.execute("SHOW TABLES").fetchall()]
+        return {name: warehouse.table_digest(con, name) for name in names}
+
+
+def test_a_truncated_but_parseable_members_file_is_refused_and_the_tables_stay(
+    tmp_path: Path,
+) -> None:
+    members = bundle_head("members.csv.gz", 200)
+    sources = write_sources(tmp_path, members)
+    settings = settings_for(tmp_path, **sources)
+    first = ingest_records(settings, RunContext(tmp_path / "run1"))
+    before = stored_state(settings)
+    assert {"members", "raw_members", "quarantine"} <= set(before)
+
+    # A download cut off mid-line: the header and the first 100 or so rows parse, the last
+    # line is a stub of the wrong width.
+    Path(sources["members"]).write_bytes(members[: len(members) // 2])
+    with pytest.raises(PipelineError) as refused:
+        ingest_records(settings, RunContext(tmp_path / "run2"))
+    message = str(refused.value)
+    assert "\n" not in message
+    assert message.startswith(f"{sources['members']}: would leave ")
+    assert f"where {counts(first)['members'][1]} are stored" in message
+    assert "more than ingest.max_shrink = 5%); nothing written" in message
+    assert message.endswith("pass --allow-shrink")
+    assert stored_state(settings) == before  # raw, clean and quarantine tables as they were
+
+    allowed = ingest_records(
+        settings_for(tmp_path, ingest={"allow_shrink": True}, **sources),
+        RunContext(tmp_path / "run3"),
+    )
+    read, clean, quarantined = counts(allowed)["members"]
+    assert read == clean + quarantined and clean < counts(first)["members"][1]
+    assert table(settings, "SELECT count(*) AS n FROM members")["n"][0] == clean
+    assert table(settings, "SELECT count(*) AS n FROM raw_members")["n"][0] == read - 1
+
+
+def test_a_table_that_fails_a_blocking_expectation_is_not_written(tmp_path: Path) -> None:
+    members = pl.read_csv(io.BytesIO(bundle_head("members.csv.gz", 20)), infer_schema=False)
+    every_row_invalid = members.with_columns(age=pl.lit("250")).write_csv().encode()
+    settings = settings_for(tmp_path, **write_sources(tmp_path, every_row_invalid))
+    with pytest.raises(PipelineError) as refused:
+        ingest_records(settings, RunContext(tmp_path / "run"))
+    assert str(refused.value).startswith(
+        f"{tmp_path / 'members.csv'}: the members table it gives fails "
+        "expect_table_row_count_to_be_between(table); nothing written"
+    )
+    assert not settings.paths.warehouse.exists()
+
+
+def test_huge_numbers_are_quarantined_with_their_reason_and_the_rest_loads(
+    tmp_path: Path,
+) -> None:
+    expeditions = pl.read_csv(io.BytesIO(bundle_head("expeditions.csv", 30)), infer_schema=False)
+    huge = {3: ("totmembers", "3000000000"), 5: ("camps", "1e30"), 7: ("smtmembers", "9" * 20)}
+    for row, (column, value) in huge.items():
+        expeditions[row - 1, column] = value
+    members = pl.read_csv(io.BytesIO(bundle_head("members.csv.gz", 40)), infer_schema=False)
+    members[2 - 1, "highpoint_metres"] = "1e30"
+    sources = write_sources(
+        tmp_path, members.write_csv().encode(), expeditions.write_csv().encode()
+    )
+    settings = settings_for(tmp_path, **sources)
+    report = ingest_records(settings, RunContext(tmp_path / "run"))
+    assert counts(report)["expeditions"] == (30, 27, 3)
+    assert counts(report)["members"] == (40, 39, 1)
+    reasons = table(
+        settings, "SELECT table_name, row_number, reason FROM quarantine ORDER BY ALL"
+    ).rows()
+    assert reasons == [
+        ("expeditions", 3, "totmembers = 3000000000: in_range(0, 999)"),
+        ("expeditions", 5, "camps = '1e30': integer out of range"),
+        ("expeditions", 7, f"smtmembers = '{'9' * 20}': integer out of range"),
+        ("members", 2, "highpoint_metres = '1e30': integer out of range"),
+    ]
+    assert table(settings, "SELECT max(totmembers) AS m FROM expeditions")["m"][0] < 1000
+
+
+def _ingest_in_child(overrides: dict[str, Any], run_dir: str) -> None:
+    """A whole ingest in its own process (a multiprocessing target)."""
+    ingest_records(load_settings(overrides=overrides), RunContext(Path(run_dir)))
+
+
+def test_two_ingests_at_once_finish_one_after_the_other(tmp_path: Path) -> None:
+    sources = write_sources(tmp_path, bundle_head("members.csv.gz", 100))
+    overrides = overrides_for(tmp_path, **sources)
+    settings = load_settings(overrides=overrides)
+    run_dirs = [tmp_path / "run1", tmp_path / "run2"]
+    spawn = multiprocessing.get_context("spawn")
+    children = [
+        spawn.Process(target=_ingest_in_child, args=(overrides, str(run_dir)))
+        for run_dir in run_dirs
+    ]
+    # This process holds the warehouse while both children validate their sources, so both
+    # reach the write while it is locked: each must wait, for this process or for the other.
+    with warehouse.connect(settings.paths.warehouse):
+        for child in children:
+            child.start()
+        # Each child writes its expectation results just before it opens the warehouse.
+        deadline = time.monotonic() + 300
+        while not all((d / "expectations" / "members.json").exists() for d in run_dirs):
+            assert all(child.is_alive() for child in children), "a child stopped early"
+            assert time.monotonic() < deadline, "the children never reached the write"
+            time.sleep(0.1)
+        time.sleep(0.5)  # both are now polling for the lock
+    for child in children:
+        child.join(timeout=300)
+    assert [child.exitcode for child in children] == [0, 0]
+    stored = table(
+        settings,
+        "SELECT (SELECT count(*) FROM members) + (SELECT count(*) FROM quarantine "
+        "WHERE table_name = 'members') AS accounted, (SELECT count(*) FROM raw_members) AS raw",
+    ).row(0)
+    assert stored == (100, 100)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from pipeline.records.validation import columns_of, validate_table
+from pipeline.records.validation import MODELS, columns_of, validate_table
 
 GOOD_MEMBER = {
     "expedition_id": "EVER19101",
@@ -194,3 +194,77 @@ def test_clean_rows_are_typed_as_the_warehouse_columns() -> None:
     assert (row["year"], row["highpoint"], row["camps"], row["success"]) == (2019, 8850, 4, True)
     assert str(row["smtdate"]) == "2019-05-23"
     assert list(split.clean.drop("_row").columns) == list(columns_of("expeditions"))
+
+
+INTEGER_MAX = 2**31 - 1  # the warehouse's INTEGER columns
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"totmembers": "3000000000"}, "totmembers = 3000000000: in_range(0, 999)"),
+        ({"smtmembers": "1000"}, "smtmembers = 1000: in_range(0, 999)"),
+        ({"camps": "100"}, "camps = 100: in_range(0, 99)"),
+        ({"camps": "1e30"}, "camps = '1e30': integer out of range"),
+        ({"highpoint": "-1e300"}, "highpoint = '-1e300': integer out of range"),
+        ({"year": "9" * 25}, f"year = '{'9' * 25}': integer out of range"),
+    ],
+)
+def test_a_huge_integer_costs_its_row_only(change: dict[str, str], reason: str) -> None:
+    assert reasons("expeditions", GOOD_EXPEDITION, {"expid": "EVER19102", **change}) == [reason]
+
+
+def test_every_integer_column_has_an_upper_bound_the_warehouse_can_store() -> None:
+    for table, model in MODELS.items():
+        for name, column in model.to_schema().columns.items():
+            if column.dtype.type != pl.Int64:
+                continue
+            bounds = [c.statistics for c in column.checks if c.name == "in_range"]
+            assert bounds, f"{table}.{name} has no range"
+            assert 0 <= bounds[0]["max_value"] <= INTEGER_MAX, f"{table}.{name}"
+
+
+GOOD_EXPEDITION_DETAILS = {
+    "expid": "EVER19101",
+    "year": "2019",
+    "peakid": "EVER",
+    "season": "Spring",
+    "basecamp_date": "2019-04-10",
+    "highpoint_date": "2019-05-23",
+    "termination_date": "2019-05-28",
+    "termination_reason": "Success (main peak)",
+    "highpoint_metres": "8850",
+    "members": "3",
+    "member_deaths": "0",
+    "hired_staff": "4",
+    "hired_staff_deaths": "0",
+    "oxygen_used": "TRUE",
+    "trekking_agency": "Seven Summit Treks",
+    "source": "test",
+}
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"basecamp_date": "2019-05-24"}, "basecamp_date after highpoint_date"),
+        ({"season": "Monsoon"}, "season = Monsoon: isin("),
+        ({"hired_staff": "-1"}, "hired_staff = -1: in_range("),
+        ({"basecamp_date": "2019-04-31"}, "basecamp_date = '2019-04-31': not a calendar date"),
+    ],
+)
+def test_expedition_details_rules(change: dict[str, str], reason: str) -> None:
+    other = {"expid": "EVER19102", **change}  # another expedition: no duplicate key
+    (found,) = reasons("expedition_details", GOOD_EXPEDITION_DETAILS, other)
+    assert found.startswith(reason), found
+
+
+def test_expedition_details_without_dates_are_kept() -> None:
+    split = validate_table(
+        frame(
+            GOOD_EXPEDITION_DETAILS,
+            {"expid": "EVER19102", "basecamp_date": None, "highpoint_date": None},
+        ),
+        "expedition_details",
+    )
+    assert split.rejected.is_empty() and split.clean.height == 2

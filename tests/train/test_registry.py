@@ -1,10 +1,13 @@
-"""MLflow logging of a training run, and the champion gate both ways, on a temporary store."""
+"""MLflow logging of a training run, the champion gate (beyond noise only, on the same test
+rows, never a model reading post-climb inputs), and the digest check before a version loads."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import mlflow
+import numpy as np
 import polars as pl
 import pytest
 import torch
@@ -13,52 +16,24 @@ from sklearn.metrics import roc_auc_score
 from training_fixtures import (
     TrainedRegistry,
     registry_settings,
-    synthetic_features_dir,
     trained_registry_fixture,  # noqa: F401 (the fixture)
 )
 
-from model import DeepSummitTransformer
-from pipeline.features.build import SNAPSHOT_FILE, load_features
-from pipeline.train.artifact import (
-    ModelFiles,
-    model_input_frame,
-    split_model_input,
-    write_model_files,
+from pipeline.features.build import PLANNED_TEST_FILE
+from pipeline.features.spec import Known
+from pipeline.serve.planned import KEY_COLUMNS
+from pipeline.train.artifact import ModelArtifact
+from pipeline.train.registry import (
+    TAG_KNOWN_BY,
+    Candidate,
+    ModelFilesChanged,
+    decide,
+    gate,
+    load_verified,
+    log_and_register,
 )
-from pipeline.train.registry import Candidate, decide, gate, log_and_register
-from pipeline.train.trainer import predict_proba
-from pipeline.warehouse import frame_digest
 
-
-def broken_files(registry: TrainedRegistry, directory: Path) -> ModelFiles:
-    """A model whose classifier is zeroed: it says 0.5 for everyone (test AUC exactly 0.5)."""
-    trained, preprocessor = ModelFiles.in_directory(registry.model_dir).load()
-    model = DeepSummitTransformer(trained.config)
-    with torch.no_grad():
-        model.head.classifier.weight.zero_()
-        model.head.classifier.bias.zero_()
-    return write_model_files(directory, model, preprocessor)
-
-
-def register(registry: TrainedRegistry, settings, files: ModelFiles, features_dir: Path):
-    """Log and register `files` in a run, scored on `features_dir`'s test split: a Candidate."""
-    model, preprocessor = files.load()
-    arrays, _ = load_features(features_dir)
-    rows = pl.read_parquet(features_dir / SNAPSHOT_FILE).filter(pl.col("split") == "test")
-    probabilities = predict_proba(model, arrays["test"])
-    frame = model_input_frame(rows, arrays["test"], preprocessor)
-    mlflow.set_tracking_uri(settings.mlflow.tracking_uri)
-    mlflow.set_experiment(settings.mlflow.experiment)
-    with mlflow.start_run():
-        version = log_and_register(settings.mlflow, files, frame.head(2), probabilities[:2])
-    return Candidate(
-        version=str(version.version),
-        test_auc=float(roc_auc_score(arrays["test"].label, probabilities)),
-        test_digest=frame_digest(rows),
-        weather_source=preprocessor.weather_source,
-        test_frame=frame,
-        test_labels=rows["label"].to_pandas(),
-    )
+pytest_plugins = ["features_fixtures"]
 
 
 def champion_version(settings) -> str:
@@ -67,7 +42,51 @@ def champion_version(settings) -> str:
     return str(client.get_model_version_by_alias(name, alias).version)
 
 
-def test_a_training_run_logs_params_metrics_dataset_plots_and_a_first_champion(
+def candidate_of(registry: TrainedRegistry, version: str, probability: np.ndarray) -> Candidate:
+    """A registered version's facts for the gate, scored `probability` on the test rows."""
+    test_input = pl.read_parquet(registry.snapshot / PLANNED_TEST_FILE)
+    keys = test_input.select(KEY_COLUMNS)
+    labels = pl.read_parquet(registry.snapshot / "features.parquet").select(*KEY_COLUMNS, "label")
+    predictions = keys.join(labels, on=list(KEY_COLUMNS), maintain_order="left").with_columns(
+        probability=pl.Series(probability)
+    )
+    return Candidate(
+        version=version,
+        test_digest=registry.report.test_digest,
+        weather_source=registry.report.weather_source,
+        inputs_known_by=Known.AT_PUSH,
+        predictions=predictions,
+        test_input=test_input,
+    )
+
+
+def champion_predictions(registry: TrainedRegistry) -> np.ndarray:
+    """The champion's own calibrated test probabilities, in planned_test order."""
+    model = load_verified(registry.settings.mlflow.tracking_uri, "deepsummit", "1")
+    test_input = pl.read_parquet(registry.snapshot / PLANNED_TEST_FILE)
+    return model.predict(test_input.drop(KEY_COLUMNS).to_pandas())["probability"].to_numpy(
+        dtype=float
+    )
+
+
+def register_constant(registry: TrainedRegistry, settings, tmp_path: Path) -> str:
+    """Register the champion's artifact with every network's classifier zeroed: it says the
+    same probability for everyone (test AUC 0.5)."""
+    artifact = ModelArtifact.load(registry.model_dir)
+    for network in artifact.networks:
+        with torch.no_grad():
+            network.head.classifier.weight.zero_()
+            network.head.classifier.bias.zero_()
+    directory = artifact.save(tmp_path / "constant")
+    example = pl.read_parquet(registry.snapshot / PLANNED_TEST_FILE).head(2).drop(KEY_COLUMNS)
+    mlflow.set_tracking_uri(settings.mlflow.tracking_uri)
+    mlflow.set_experiment(settings.mlflow.experiment)
+    with mlflow.start_run():
+        version = log_and_register(settings.mlflow, directory, example.to_pandas(), artifact)
+    return str(version.version)
+
+
+def test_a_training_run_logs_params_metrics_intervals_dataset_plots_and_a_first_champion(
     trained_registry: TrainedRegistry,
 ) -> None:
     report, settings = trained_registry.report, trained_registry.settings
@@ -76,114 +95,155 @@ def test_a_training_run_logs_params_metrics_dataset_plots_and_a_first_champion(
 
     assert run.data.params["model.hidden_size"] == "16"
     assert run.data.params["profile"] == "tiny"
+    assert run.data.params["inputs"] == ",".join(report.inputs)
     for name in ("transformer", "logreg", "lightgbm"):
-        for metric in ("auc", "accuracy", "brier", "ece", "log_loss"):
-            assert f"{name}_test_{metric}" in run.data.metrics
-    epochs = client.get_metric_history(run.info.run_id, "val_auc")
-    assert [m.step for m in epochs] == [1, 2, 3]
+        for metric in ("auc", "brier", "ece"):
+            low, value, high = (
+                run.data.metrics[f"{name}_test_{metric}{end}"]
+                for end in ("_ci_low", "", "_ci_high")
+            )
+            assert low <= value <= high
+        assert f"{name}_test_ece_uncalibrated" in run.data.metrics
+    assert "auc_difference_lightgbm_ci_low" in run.data.metrics
+    seeds = (settings.train.seed, settings.train.seed + 1, settings.train.seed + 2)
+    for seed in seeds:
+        epochs = client.get_metric_history(run.info.run_id, f"seed_{seed}_val_auc")
+        assert [m.step for m in epochs] == [1, 2, 3]
+    assert report.best_seed in seeds
     assert run.data.tags["prefect.flow_run_id"] == "flow-run-123"
-    assert run.data.tags["data_digest"] == report.digest
-    assert run.data.tags["weather_source"] == "archive"
-    assert run.data.tags["git_commit"]
-
+    assert run.data.tags["inputs_known_by"] == Known.AT_PUSH.value
     (dataset_input,) = run.inputs.dataset_inputs
-    assert str(trained_registry.features_dir / SNAPSHOT_FILE) in dataset_input.dataset.source
-    assert dataset_input.dataset.digest
-    artifacts = {a.path for a in client.list_artifacts(run.info.run_id, "plots")}
-    assert artifacts == {"plots/roc.png", "plots/calibration.png", "plots/learning_curve.png"}
-    groups = mlflow.artifacts.load_dict(f"runs:/{run.info.run_id}/evaluation/auc_by_group.json")
-    assert set(groups["peakid"]) == {"EVER", "CHOY", "AMAD", "MANA"}
-
+    assert str(trained_registry.snapshot) in dataset_input.dataset.source
+    plots = {a.path for a in client.list_artifacts(run.info.run_id, "plots")}
+    assert plots == {
+        "plots/roc.png",
+        "plots/calibration.png",
+        "plots/calibration_before.png",
+        "plots/learning_curve.png",
+    }
     assert report.champion and report.model_version == "1"
     assert champion_version(settings) == "1"
     version = client.get_model_version(settings.mlflow.registered_model, "1")
     assert version.tags["champion_decision"] == "promoted"
+    assert version.tags[TAG_KNOWN_BY] == Known.AT_PUSH.value
     assert "first model" in version.description
-    assert float(version.tags["test_auc"]) == report.scores[0].metrics.auc
-
     table = report.render()
-    for name in ("transformer", "logistic regression", "LightGBM", "v1 (champion)"):
+    for name in ("transformer", "logistic regression", "LightGBM", "v1 (champion)", "± "):
         assert name in table
 
 
-def test_a_worse_model_stays_a_challenger(trained_registry: TrainedRegistry, tmp_path) -> None:
+def test_the_registered_model_gives_the_run_s_own_test_probabilities(
+    trained_registry: TrainedRegistry,
+) -> None:
+    """The champion as a client loads it, on the planned test rows, against the run's stored
+    predictions: the same numbers (and the same AUC the run reported)."""
     settings = trained_registry.settings
-    files = broken_files(trained_registry, tmp_path / "broken")
-    candidate = register(trained_registry, settings, files, trained_registry.features_dir)
-    assert candidate.test_auc == 0.5
-
-    decision = gate(
-        MlflowClient(settings.mlflow.tracking_uri), settings.mlflow, candidate, _no_load
+    run_id = trained_registry.report.mlflow_run_id
+    stored = pl.read_parquet(
+        mlflow.artifacts.download_artifacts(
+            run_id=run_id, artifact_path="evaluation/test_predictions.parquet"
+        )
     )
+    served = champion_predictions(trained_registry)
+    np.testing.assert_allclose(served, stored["probability"].to_numpy(), atol=1e-6)
+    auc = roc_auc_score(stored["label"], served)
+    reported = MlflowClient(settings.mlflow.tracking_uri).get_run(run_id).data.metrics
+    assert auc == pytest.approx(reported["transformer_test_auc"], abs=1e-6)
 
+
+def test_the_gate_refuses_a_challenger_whose_advantage_is_within_noise(
+    trained_registry: TrainedRegistry,
+) -> None:
+    settings = trained_registry.settings
+    client = MlflowClient(settings.mlflow.tracking_uri)
+    champion = champion_predictions(trained_registry)
+    # Retrained on unchanged data: the same predictions never move the alias.
+    same = decide(client, settings.mlflow, candidate_of(trained_registry, "99", champion))
+    assert not same.promoted
+    assert (same.difference.estimate, same.difference.low, same.difference.high) == (0, 0, 0)
+    # A challenger a hair better on average, by noise: its interval spans 0, so no.
+    rng = np.random.default_rng(0)
+    noisy = np.clip(champion + rng.normal(0, 0.02, champion.size), 0, 1)
+    decision = decide(client, settings.mlflow, candidate_of(trained_registry, "99", noisy))
+    assert decision.difference.low < 0 < decision.difference.high
     assert not decision.promoted
-    assert decision.previous_champion == "1"
-    assert "does not beat champion v1" in decision.reason
-    assert "recorded test AUC on the same test split" in decision.reason
-    assert champion_version(settings) == "1"
+    assert "does not beat it beyond noise" in decision.reason
+
+
+def test_a_worse_model_stays_a_challenger_and_a_better_one_becomes_champion(
+    trained_registry: TrainedRegistry, tmp_path: Path
+) -> None:
+    settings = registry_settings(tmp_path / "store", trained_registry.settings)
     client = MlflowClient(settings.mlflow.tracking_uri)
-    version = client.get_model_version(settings.mlflow.registered_model, candidate.version)
-    assert version.tags["champion_decision"] == "challenger"
-    assert version.tags["champion_reason"] == decision.reason
-    assert version.description.startswith("challenger")
+    constant = register_constant(trained_registry, settings, tmp_path)
+    flat = np.full(len(champion_predictions(trained_registry)), 0.5)
+    first = gate(client, settings.mlflow, candidate_of(trained_registry, constant, flat))
+    assert first.promoted and "no champion yet" in first.reason  # an empty store
 
+    # The gate reads a version's test predictions: a second version whose predictions follow
+    # the outcome (noisily) clearly beats the constant one.
+    better = register_constant(trained_registry, settings, tmp_path / "again")
+    labels = candidate_of(trained_registry, better, flat).predictions["label"].to_numpy()
+    noise = np.random.default_rng(1).normal(0, 0.3, flat.size)
+    ranked = np.clip(0.5 + 0.2 * (labels - 0.5) + noise, 0, 1)
+    decision = gate(client, settings.mlflow, candidate_of(trained_registry, better, ranked))
+    assert decision.promoted and decision.difference.low > 0
+    assert champion_version(settings) == better
+    tags = client.get_model_version(settings.mlflow.registered_model, better).tags
+    assert float(tags["auc_difference_ci_low"]) == pytest.approx(decision.difference.low)
+    assert tags["compared_with"] == constant
 
-def test_a_better_model_becomes_champion(trained_registry: TrainedRegistry, tmp_path) -> None:
-    settings = registry_settings(tmp_path)  # a fresh store: the broken model comes first
-    client = MlflowClient(settings.mlflow.tracking_uri)
-    broken = register(
-        trained_registry,
-        settings,
-        broken_files(trained_registry, tmp_path / "broken"),
-        trained_registry.features_dir,
-    )
-    assert gate(client, settings.mlflow, broken, _no_load).promoted  # the first model
-
-    trained = ModelFiles.in_directory(trained_registry.model_dir)
-    better = register(trained_registry, settings, trained, trained_registry.features_dir)
-    decision = gate(client, settings.mlflow, better, _no_load)
-
-    assert decision.promoted
-    assert f"test AUC {better.test_auc:.4f} beats champion v{broken.version}" in decision.reason
-    assert champion_version(settings) == better.version
+    worse = gate(client, settings.mlflow, candidate_of(trained_registry, constant, flat))
+    assert not worse.promoted and worse.difference.high < 0
+    assert champion_version(settings) == better
 
 
 def test_a_changed_test_split_rescores_the_champion_on_it(
-    trained_registry: TrainedRegistry, tmp_path
+    trained_registry: TrainedRegistry,
 ) -> None:
     settings = trained_registry.settings
-    other_split = synthetic_features_dir(tmp_path / "other", seed=5)
-    files = broken_files(trained_registry, tmp_path / "broken")
-    candidate = register(trained_registry, settings, files, other_split)
-
-    decision = decide(
-        MlflowClient(settings.mlflow.tracking_uri),
-        settings.mlflow,
-        candidate,
-        mlflow.pyfunc.load_model,
+    champion = champion_predictions(trained_registry)
+    candidate = dataclasses.replace(
+        candidate_of(trained_registry, "99", champion), test_digest="another split"
     )
-
+    decision = decide(MlflowClient(settings.mlflow.tracking_uri), settings.mlflow, candidate)
     assert "re-scored on this run's test split" in decision.reason
-    assert not decision.promoted
-    # The champion's own files (its weights and preprocessing), scored on the new split's raw
-    # test rows outside the gate and the registry: the same AUC.
-    champion, preprocessing = ModelFiles.in_directory(trained_registry.model_dir).load()
-    inputs = preprocessing.transform(*split_model_input(candidate.test_frame))
-    expected = roc_auc_score(candidate.test_labels, predict_proba(champion, inputs))
-    assert decision.champion_auc == pytest.approx(expected, abs=1e-6)
+    assert decision.difference.estimate == pytest.approx(0.0, abs=1e-9)
+
+
+def test_inputs_known_after_the_climb_never_make_a_champion(
+    trained_registry: TrainedRegistry,
+) -> None:
+    settings = trained_registry.settings
+    client = MlflowClient(settings.mlflow.tracking_uri)
+    candidate = dataclasses.replace(
+        candidate_of(trained_registry, "99", champion_predictions(trained_registry)),
+        inputs_known_by=Known.AFTER_CLIMB,
+    )
+    decision = decide(client, settings.mlflow, candidate)
+    assert not decision.promoted and "known only after the climb" in decision.reason
 
 
 def test_a_champion_on_another_weather_source_is_not_compared(
     trained_registry: TrainedRegistry,
 ) -> None:
     settings = trained_registry.settings
-    candidate = Candidate("99", 0.99, "digest", "open-meteo", None, None)
-    decision = decide(
-        MlflowClient(settings.mlflow.tracking_uri), settings.mlflow, candidate, _no_load
+    candidate = dataclasses.replace(
+        candidate_of(trained_registry, "99", champion_predictions(trained_registry)),
+        weather_source="open-meteo",
     )
+    decision = decide(MlflowClient(settings.mlflow.tracking_uri), settings.mlflow, candidate)
     assert not decision.promoted
     assert "weather source 'archive'" in decision.reason
 
 
-def _no_load(uri: str):
-    raise AssertionError(f"the gate should not need to load {uri} here")
+def test_a_version_whose_files_changed_is_never_loaded(
+    trained_registry: TrainedRegistry, tmp_path: Path
+) -> None:
+    settings = registry_settings(tmp_path / "store", trained_registry.settings)
+    version = register_constant(trained_registry, settings, tmp_path)
+    load_verified(settings.mlflow.tracking_uri, "deepsummit", version)  # untouched: loads
+    stored = next((tmp_path / "store" / "artifacts").rglob("calibration.json"))
+    stored.write_text(stored.read_text().replace('"method"', '"method" ', 1))
+    with pytest.raises(ModelFilesChanged, match=f"deepsummit v{version}: its files"):
+        load_verified(settings.mlflow.tracking_uri, "deepsummit", version)

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 import pickle
+import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from torch import nn
-from training_fixtures import CARDINALITIES, synthetic_arrays
+from training_fixtures import DIMENSIONS, synthetic_arrays
 
 from model import DeepSummitTransformer, ModelConfig
 from pipeline.config import load_settings
@@ -37,12 +39,12 @@ def fit(settings, *args, **kwargs):
 
 @pytest.fixture(scope="module")
 def splits():
-    return synthetic_arrays(800, seed=1), synthetic_arrays(300, seed=2)
+    return synthetic_arrays(2000, seed=1), synthetic_arrays(300, seed=2)
 
 
 def test_training_learns_the_signal_and_keeps_the_best_epoch(splits, tmp_path: Path) -> None:
     train, validation = splits
-    result = fit(tiny_settings(), train, validation, CARDINALITIES, tmp_path)
+    result = fit(tiny_settings(), train, validation, DIMENSIONS, tmp_path)
     assert [record.epoch for record in result.history] == [1, 2, 3]
     assert result.best_val_auc == max(record.val_auc for record in result.history)
     assert result.best_val_auc > 0.7  # the labels follow a logit of 2·x₀ + …
@@ -50,10 +52,12 @@ def test_training_learns_the_signal_and_keeps_the_best_epoch(splits, tmp_path: P
     assert (tmp_path / CHECKPOINT_FILE).exists()
 
 
-def test_a_run_killed_after_an_epoch_resumes_to_the_same_weights(splits, tmp_path: Path) -> None:
+def test_a_run_killed_after_an_epoch_resumes_to_the_same_weights(
+    splits, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     train, validation = splits
     settings = tiny_settings()
-    uninterrupted = fit(settings, train, validation, CARDINALITIES, tmp_path / "a")
+    uninterrupted = fit(settings, train, validation, DIMENSIONS, tmp_path / "a")
 
     class Killed(Exception):
         pass
@@ -67,13 +71,21 @@ def test_a_run_killed_after_an_epoch_resumes_to_the_same_weights(splits, tmp_pat
             settings,
             train,
             validation,
-            CARDINALITIES,
+            DIMENSIONS,
             tmp_path / "b",
             kill_after_first_epoch,
         )
-    resumed = fit(settings, train, validation, CARDINALITIES, tmp_path / "b")
+    caplog.clear()  # only the resumed run's lines
+    with caplog.at_level(logging.INFO, logger="pipeline.train.trainer"):
+        resumed = fit(settings, train, validation, DIMENSIONS, tmp_path / "b")
 
     assert resumed.resumed_from_epoch == 1
+    # The log says it resumed and from where, then one line per epoch it ran, with its ETA.
+    assert caplog.messages[0] == f"resuming from {tmp_path / 'b' / 'last.pt'} after epoch 1"
+    epochs = [m for m in caplog.messages if m.startswith("seed ")]
+    last = settings.train.max_epochs
+    assert [m.split()[3] for m in epochs] == [f"{e}/{last}" for e in range(2, last + 1)]
+    assert all("val_auc" in m and "ETA" in m for m in epochs)
 
     def progress(result):
         return [(r.epoch, r.train_loss, r.val_loss, r.val_auc) for r in result.history]
@@ -90,7 +102,7 @@ def test_early_stopping_stops_after_patience_epochs_without_improvement(
     train, validation = splits
     # lr 0: the validation AUC never improves after the first epoch.
     settings = tiny_settings(learning_rate=0.0, max_epochs=10, patience=2)
-    result = fit(settings, train, validation, CARDINALITIES, tmp_path)
+    result = fit(settings, train, validation, DIMENSIONS, tmp_path)
     assert len(result.history) == 3
     assert result.stopped_early
     assert result.best_epoch == 1
@@ -145,3 +157,73 @@ def test_checkpoints_hold_tensors_only_and_refuse_pickled_objects(tmp_path: Path
     torch.save({"payload": Path("/etc/passwd")}, tmp_path / "evil.pt")  # any non-tensor object
     with pytest.raises(pickle.UnpicklingError):
         load_tensors(tmp_path / "evil.pt")
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda good: b"",  # created, never written
+        lambda good: good[: len(good) // 2],  # cut off mid-write
+        lambda good: b"PK\x03\x04 not a torch file",
+    ],
+    ids=["empty", "cut in half", "not a checkpoint"],
+)
+def test_a_corrupt_checkpoint_restarts_training_with_a_warning(
+    splits, tmp_path: Path, caplog: pytest.LogCaptureFixture, damage
+) -> None:
+    train, validation = splits
+    checkpoint = tmp_path / CHECKPOINT_FILE
+    save_tensors(checkpoint, {"epoch": 1, "weights": torch.zeros(4_096)})
+    checkpoint.write_bytes(damage(checkpoint.read_bytes()))
+    with caplog.at_level(logging.WARNING, logger="pipeline.train.trainer"):
+        result = fit(tiny_settings(max_epochs=1), train, validation, DIMENSIONS, tmp_path)
+    assert result.resumed_from_epoch == 0 and [r.epoch for r in result.history] == [1]
+    assert any(
+        message.startswith(f"{checkpoint} is unreadable") and "training from scratch" in message
+        for message in caplog.messages
+    )
+    assert load_tensors(checkpoint)["epoch"] == 1  # replaced by a good checkpoint
+
+
+def test_a_failed_write_keeps_the_previous_checkpoint_and_leaves_no_temporary_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    checkpoint = tmp_path / CHECKPOINT_FILE
+    save_tensors(checkpoint, {"epoch": 1})
+
+    def disk_full(state: object, handle) -> None:
+        handle.write(b"the first bytes of a checkpoint")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        save_tensors(checkpoint, {"epoch": 2})
+    monkeypatch.undo()
+    assert load_tensors(checkpoint)["epoch"] == 1
+    assert [path.name for path in tmp_path.iterdir()] == [CHECKPOINT_FILE]
+
+
+def test_writers_of_one_checkpoint_at_once_never_share_a_temporary_file(tmp_path: Path) -> None:
+    checkpoint = tmp_path / CHECKPOINT_FILE
+    states = [
+        {"writer": torch.tensor(writer), "payload": torch.full((20_000,), float(writer))}
+        for writer in range(2)
+    ]
+    errors: list[BaseException] = []
+
+    def write_repeatedly(state: dict) -> None:
+        for _ in range(25):
+            try:
+                save_tensors(checkpoint, state)
+            except OSError as error:  # a shared temporary name: renamed away by the other
+                errors.append(error)
+
+    writers = [threading.Thread(target=write_repeatedly, args=(state,)) for state in states]
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join()
+    assert errors == []
+    final = load_tensors(checkpoint)
+    assert torch.equal(final["payload"], states[int(final["writer"])]["payload"])
+    assert [path.name for path in tmp_path.iterdir()] == [CHECKPOINT_FILE]

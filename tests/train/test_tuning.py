@@ -13,7 +13,6 @@ import pytest
 from mlflow import MlflowClient
 from optuna.distributions import CategoricalDistribution, FloatDistribution
 from optuna.trial import TrialState
-from training_fixtures import synthetic_features_dir
 
 from pipeline.config import Settings, load_settings
 from pipeline.errors import PipelineError
@@ -21,6 +20,9 @@ from pipeline.train import tuning
 from pipeline.train.trainer import EpochRecord
 
 TINY_SPACE = {"hidden_size": [16, 32], "num_layers": [1], "num_heads": [2], "batch_size": [64]}
+
+
+pytest_plugins = ["features_fixtures"]
 
 
 def _settings(tmp_path: Path, **tune: object) -> Settings:
@@ -154,9 +156,9 @@ def test_no_completed_trial_is_one_clear_error(tmp_path: Path):
         tuning.best_trial(study)
 
 
-def test_a_trial_trains_as_a_child_run_and_tells_the_study(tmp_path: Path):
+def test_a_trial_trains_as_a_child_run_and_tells_the_study(tmp_path: Path, bundle_features):
     settings = _settings(tmp_path)
-    features_dir = synthetic_features_dir(tmp_path / "features", n=900)
+    features_dir = bundle_features[1].directory  # the bundle's snapshot (tiny: 2,000 rows)
     study = tuning.open_study(settings)
     parent = tuning.open_parent_run(settings, study, {"origin": "test"})
     number = study.ask(tuning.search_space(settings)).number

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from datetime import date
 from pathlib import Path
 
 import polars as pl
 import pytest
 import requests
+import requests_cache
 from openmeteo_server import OpenMeteoServer, open_meteo_weight
 from weather_fixtures import DATA_DIR, load_mini_tables, weather_settings
 
@@ -59,6 +62,23 @@ def stored(settings: Settings) -> pl.DataFrame:
         return con.sql(
             "SELECT * EXCLUDE (fetched_at, request_id) FROM weather_daily ORDER BY peakid, date"
         ).pl()
+
+
+def test_progress_counts_requests_done_and_today_s_weighted_calls(
+    tmp_path: Path, server: OpenMeteoServer
+) -> None:
+    settings = om_settings(tmp_path, server)
+    reports: list[tuple[float, float, str]] = []
+
+    load_weather(
+        settings,
+        RunContext(tmp_path / "run", progress=lambda *report: reports.append(report)),
+    )
+
+    assert [(done, total) for done, total, _ in reports] == [(1, 4), (2, 4), (3, 4), (4, 4)]
+    spent = float(reports[-1][2].split(" of ")[0].replace(",", ""))
+    assert spent == pytest.approx(MINI_WEIGHT, abs=0.05)
+    assert reports[-1][2].endswith("of 10,000 weighted calls used today")
 
 
 def test_fetches_only_needed_spans_and_counts_calls_like_the_server(
@@ -210,3 +230,74 @@ def test_json_and_flatbuffers_carry_the_same_values(
         assert document["daily"]["time"] == [d.isoformat() for d in rows["date"]]
         for name in WEATHER_VARIABLES[:3]:
             assert document["daily"][name] == pytest.approx(rows[name].to_list(), abs=0.01)
+
+
+def quarantined_weather(settings: Settings) -> list[tuple[str, str, str]]:
+    with connect(settings.paths.warehouse, read_only=True) as con:
+        return con.execute(
+            "SELECT record::JSON->>'peakid', record::JSON->>'date', reason FROM quarantine "
+            "WHERE table_name = 'weather_daily'"
+        ).fetchall()
+
+
+def cached_answers(settings: Settings) -> int:
+    return len(requests_cache.CachedSession(str(settings.weather.cache_path)).cache.responses)
+
+
+def test_a_response_with_a_quarantined_row_is_evicted_counted_and_not_quarantined_twice(
+    tmp_path: Path, server: OpenMeteoServer
+) -> None:
+    settings = om_settings(tmp_path, server)
+    bad_day = ("EVER", "1940-01-01", "temperature_2m_mean: 9999.0 fails in_range(-90.0, 60.0)")
+    server.inject("out-of-range")  # the first request, EVER 1940-01-01..02-10, its first day
+    report = load_weather(settings, RunContext(tmp_path / "run1"))
+    assert report.complete and report.problem is None  # the stage task does not fail
+    assert (report.quarantined, report.quarantined_days, report.missing_days) == (1, 1, 0)
+    ever = next(peak for peak in report.peaks if peak.peakid == "EVER")
+    assert (ever.quarantined_days, ever.missing_days) == (1, 0)
+    assert report.rows == MINI_DAYS - 1
+    assert quarantined_weather(settings) == [bad_day]
+    assert cached_answers(settings) == 3  # of four answers: the one with the bad row is gone
+
+    # The next run asks the API for the quarantined day again (not the cache) and gets the same
+    # bad value: still counted as quarantined, and the quarantine holds the row once.
+    server.inject("out-of-range")
+    again = load_weather(settings, RunContext(tmp_path / "run2"))
+    assert (again.requests, server.requests) == (1, 5)
+    assert again.complete and again.quarantined_days == 1
+    assert quarantined_weather(settings) == [bad_day]
+
+    # Asked again in full, the three good answers come from the cache and the evicted one from
+    # the API, which now has a good value: every day is stored.
+    with connect(settings.paths.warehouse) as con:
+        con.execute("DELETE FROM weather_daily")
+    healed = load_weather(settings, RunContext(tmp_path / "run3"))
+    assert (healed.requests, server.requests) == (1, 6)
+    assert healed.complete and healed.rows == MINI_DAYS
+    assert (healed.quarantined_days, healed.missing_days) == (0, 0)
+
+
+# Another process opening the warehouse for writing, without waiting for a lock.
+OPEN_FOR_WRITING = "import duckdb, sys; duckdb.connect(sys.argv[1]).close()"
+
+
+def test_the_warehouse_is_free_while_the_stage_waits_on_the_api(
+    tmp_path: Path, server: OpenMeteoServer
+) -> None:
+    settings = om_settings(tmp_path, server, backoff_max_s=30.0)
+    opens_during_waits: list[tuple[int, str]] = []
+
+    def wait_and_let_another_process_write(seconds: float) -> None:
+        other = subprocess.run(
+            [sys.executable, "-c", OPEN_FOR_WRITING, str(settings.paths.warehouse)],
+            capture_output=True,
+            text=True,
+        )
+        opens_during_waits.append((other.returncode, other.stderr.strip()[-200:]))
+
+    server.inject("429")  # a rate-limit answer: the stage waits, then asks again
+    report = load_weather(
+        settings, RunContext(tmp_path / "run"), sleep=wait_and_let_another_process_write
+    )
+    assert report.complete and report.rows == MINI_DAYS
+    assert opens_during_waits == [(0, "")]

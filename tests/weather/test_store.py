@@ -79,3 +79,23 @@ def test_dates_with_a_hole_in_one_request_are_rejected(con: duckdb.DuckDBPyConne
     assert (result.stored, result.quarantined) == (5, 4)  # r2 is fine, every row of r1 is not
     reasons = {r for (r,) in con.execute("SELECT DISTINCT reason FROM quarantine").fetchall()}
     assert reasons == {"dates not contiguous per request"}
+
+
+def test_the_same_rejected_row_is_quarantined_once(con: duckdb.DuckDBPyConnection) -> None:
+    def with_bad_max(value: float, request_id: str, fetched_at: datetime) -> pl.DataFrame:
+        return batch(request_id=request_id).with_columns(
+            pl.when(pl.col("row_number") == 3)
+            .then(value)
+            .otherwise(pl.col("temperature_2m_max"))
+            .alias("temperature_2m_max"),
+            pl.lit(fetched_at).cast(pl.Datetime("us")).alias("fetched_at"),
+        )
+
+    store.store_batch(con, with_bad_max(999.0, "r1", datetime(2025, 1, 1)))
+    # Asked again later, by another request: the same row as read, rejected for the same reason.
+    again = store.store_batch(con, with_bad_max(999.0, "r2", datetime(2025, 1, 2)))
+    assert (again.stored, again.quarantined) == (4, 1)
+    assert con.execute("SELECT count(*) FROM quarantine").fetchone() == (1,)
+    # Another bad value for that day is another row.
+    store.store_batch(con, with_bad_max(-999.0, "r3", datetime(2025, 1, 3)))
+    assert con.execute("SELECT count(*) FROM quarantine").fetchone() == (2,)

@@ -1,0 +1,149 @@
+"""The registered champion served as any MLflow user serves a model: `mlflow models serve -m
+models:/deepsummit@champion --env-manager local`, asked over HTTP with a JSON POST to
+/invocations. Good rows get the model's probability (the same as loading the model in process);
+bad rows get their own error message, and the batch still answers 200."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import mlflow
+import numpy as np
+import polars as pl
+import pytest
+from training_fixtures import (
+    TrainedRegistry,
+    trained_registry_fixture,  # noqa: F401 (the fixture)
+)
+
+from pipeline.features.build import PLANNED_TEST_FILE
+from pipeline.serve.planned import KEY_COLUMNS
+
+pytest_plugins = ["features_fixtures"]
+
+MLFLOW = str(Path(sys.executable).parent / "mlflow")
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def served(trained_registry: TrainedRegistry, tmp_path_factory) -> Iterator[str]:
+    """The champion behind `mlflow models serve`; its base URL."""
+    port = _free_port()
+    log = tmp_path_factory.mktemp("serve") / "serve.log"
+    env = {
+        **os.environ,
+        "MLFLOW_TRACKING_URI": trained_registry.settings.mlflow.tracking_uri,
+        # as in an activated venv: MLflow starts the venv's uvicorn by name
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+    }
+    with log.open("w") as output:
+        server = subprocess.Popen(
+            [MLFLOW, "models", "serve", "-m", "models:/deepsummit@champion",
+             "--env-manager", "local", "--host", "127.0.0.1", "--port", str(port)],
+            env=env, stdout=output, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/ping", timeout=2):
+                    break
+            except (urllib.error.URLError, OSError):
+                if server.poll() is not None or time.monotonic() > deadline:
+                    message = f"mlflow models serve did not start:\n{log.read_text()}"
+                    raise AssertionError(message) from None
+                time.sleep(1)
+        yield url
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def invoke(url: str, records: list[dict[str, Any]]) -> tuple[int, Any]:
+    body = json.dumps({"dataframe_records": records}, allow_nan=False).encode()
+    request = urllib.request.Request(
+        f"{url}/invocations", data=body, headers={"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read() or b"null")
+
+
+def planned_rows(registry: TrainedRegistry, n: int) -> list[dict[str, Any]]:
+    """Test-split attempts in the model's input layout (JSON: NaN as null)."""
+    frame = pl.read_parquet(registry.snapshot / PLANNED_TEST_FILE).head(n).drop(KEY_COLUMNS)
+    return json.loads(frame.write_json())
+
+
+def test_planned_attempts_are_answered_over_http(served: str, trained_registry) -> None:
+    rows = planned_rows(trained_registry, 20)
+    status, answer = invoke(served, rows)
+
+    assert status == 200, answer
+    predictions = answer["predictions"]
+    assert len(predictions) == 20
+    mlflow.set_tracking_uri(trained_registry.settings.mlflow.tracking_uri)
+    model = mlflow.pyfunc.load_model("models:/deepsummit@champion")
+    frame = pl.read_parquet(trained_registry.snapshot / PLANNED_TEST_FILE).head(20)
+    in_process = model.predict(frame.drop(KEY_COLUMNS).to_pandas())
+    np.testing.assert_allclose(
+        [p["probability"] for p in predictions],
+        in_process["probability"].to_numpy(dtype=float),
+        atol=1e-9,
+    )
+    assert all(
+        p["probability_low"] <= p["probability"] <= p["probability_high"] for p in predictions
+    )
+    assert not any(p.get("error") for p in predictions)
+
+
+def test_bad_rows_get_their_own_error_and_the_others_are_answered(
+    served: str, trained_registry
+) -> None:
+    good, *_ = planned_rows(trained_registry, 1)
+    short = {name: values[:80] for name, values in good.items() if isinstance(values, list)}
+    rows = [
+        good,
+        {**good, "age": 300.0},
+        {**good, "peak": "XXXX"},
+        {**good, "push_date": "2019-02-30"},
+        {**good, **short},
+    ]
+    status, answer = invoke(served, rows)
+
+    assert status == 200, answer
+    predictions = answer["predictions"]
+    errors = [p.get("error") for p in predictions]
+    assert errors[0] is None and 0 < predictions[0]["probability"] < 1
+    assert errors[1] == "age 300: not in 1..100"
+    assert errors[2] == "unknown peak 'XXXX': not in the records the model was trained with"
+    assert errors[3] == "push_date '2019-02-30': not a date YYYY-MM-DD"
+    assert errors[4].endswith("80 daily values, expected 90 (D-89 … D)")
+    assert all(p["probability"] is None for p in predictions[1:])
+
+
+def test_a_request_without_a_required_column_is_refused_with_the_schema_s_reason(
+    served: str, trained_registry
+) -> None:
+    good, *_ = planned_rows(trained_registry, 1)
+    status, answer = invoke(served, [{k: v for k, v in good.items() if k != "push_date"}])
+    assert status == 400
+    assert "push_date" in answer["message"]

@@ -1,0 +1,116 @@
+"""Serving computes what training computes: the registered model's scoring path on planned
+attempts (the frozen history, the request's own daily weather, the artifact's preprocessing)
+gives the training path's probability for the same attempts; a bad row gets its own error."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import polars as pl
+import pytest
+import torch
+
+from model import DeepSummitTransformer
+from pipeline.config import ModelHyperparameters
+from pipeline.features.build import (
+    DRIFT_PROFILE_FILE,
+    PLANNED_TEST_FILE,
+    load_features,
+    load_history,
+)
+from pipeline.features.drift import DistributionProfile
+from pipeline.features.spec import WEATHER_VARIABLES
+from pipeline.serve.planned import KEY_COLUMNS
+from pipeline.serve.scoring import score
+from pipeline.train.artifact import ModelArtifact
+from pipeline.train.calibration import Calibrator
+from pipeline.train.trainer import model_config, predict_logits
+
+pytest_plugins = ["features_fixtures"]
+
+
+@pytest.fixture(scope="module")
+def served(bundle_features):
+    """An artifact of two freshly initialised networks (equality needs no training) over the
+    bundle's real features snapshot, and that snapshot's arrays and planned test rows."""
+    _, report, _ = bundle_features
+    arrays, preprocessor = load_features(report.directory)
+    config = model_config(
+        ModelHyperparameters(hidden_size=16, num_layers=1, num_heads=2),
+        preprocessor.model_dimensions(),
+    )
+    networks = []
+    for seed in (1, 2):
+        torch.manual_seed(seed)
+        networks.append(DeepSummitTransformer(config).eval())
+    artifact = ModelArtifact(
+        networks=networks,
+        seeds=[1, 2],
+        preprocessor=preprocessor,
+        calibrator=Calibrator("platt", scale=0.8, shift=0.3),
+        history=load_history(report.directory),
+        drift_reference=DistributionProfile.from_json(
+            (report.directory / DRIFT_PROFILE_FILE).read_text()
+        ),
+    )
+    planned = pl.read_parquet(report.directory / PLANNED_TEST_FILE)
+    return artifact, arrays, report, planned
+
+
+def _training_probability(artifact, arrays, report, keys: pl.DataFrame) -> np.ndarray:
+    """What the training path gives the same rows: the snapshot's test arrays."""
+    test_rows = pl.read_parquet(report.directory / "features.parquet").filter(
+        pl.col("split") == "test"
+    )
+    position = keys.join(
+        test_rows.with_row_index("i"), on=list(KEY_COLUMNS), how="left", maintain_order="left"
+    )["i"].to_numpy()
+    inputs = arrays["test"].subset(position).model_inputs()
+    return artifact.calibrator.probabilities(predict_logits(artifact.networks[0], inputs))
+
+
+def test_serving_gives_the_training_probability_on_200_test_rows(served) -> None:
+    artifact, arrays, report, planned = served
+    rows = planned.sample(200, seed=3)
+    scored = score(artifact, rows.drop(KEY_COLUMNS).to_pandas())
+    assert scored.errors == [None] * 200
+    expected = _training_probability(artifact, arrays, report, rows.select(KEY_COLUMNS))
+    np.testing.assert_allclose(scored.probability, expected, rtol=0, atol=1e-6)
+    assert (scored.low <= scored.probability).all() and (scored.probability <= scored.high).all()
+    assert (scored.low < scored.high).any()  # two seeds, two answers
+
+
+def test_a_bad_row_gets_its_own_error_and_the_others_are_scored(served) -> None:
+    artifact, _, _, planned = served
+    good = planned.head(3).drop(KEY_COLUMNS).to_pandas()
+    alone = score(artifact, good).probability
+    bad = good.iloc[[0] * 6].reset_index(drop=True)
+    bad.loc[0, "peak"] = "ATLANTIS"
+    bad.loc[1, "age"] = 300.0
+    bad.loc[2, "push_date"] = "2019-02-30"
+    bad.at[3, "temperature_2m_mean"] = [1.0] * 10
+    for name in WEATHER_VARIABLES:  # no weather at all
+        bad.at[4, name] = None
+    scored = score(artifact, pd.concat([good, bad], ignore_index=True))
+    np.testing.assert_allclose(scored.probability[:3], alone, atol=1e-6)  # float32 batches
+    assert scored.errors[3:] == [
+        "unknown peak 'ATLANTIS': not in the records the model was trained with",
+        "age 300: not in 1..100",
+        "push_date '2019-02-30': not a date YYYY-MM-DD",
+        "temperature_2m_mean: 10 daily values, expected 90 (D-89 … D)",
+        "weather: 90 of 90 days missing (the model allows 0); send D-89 … D complete",
+        None,  # the last copy is left as it was: scored
+    ]
+    assert np.isnan(scored.probability[3:8]).all()
+    assert scored.probability[8] == pytest.approx(alone[0], abs=1e-6)
+
+
+def test_unknown_categories_and_another_weather_source_are_notes(served) -> None:
+    artifact, _, _, planned = served
+    request = planned.head(1).drop(KEY_COLUMNS).to_pandas()
+    request.loc[0, "nationality"] = "Atlantis"
+    request.loc[0, "weather_source"] = "forecast"
+    scored = score(artifact, request)
+    assert scored.errors == [None]
+    assert "weather from 'forecast', the model was trained on 'archive'" in scored.notes[0]
+    assert "nationality 'Atlantis' is not in the training vocabulary: unknown" in scored.notes[0]
