@@ -5,8 +5,8 @@ Input sets (a is always run: every difference is taken against it):
 
 - a  shipped: the cpu profile's inputs as configured in deepsummit.toml
 - b  the spec's 20 tokens only (features.extra_inputs = [])
-- c  shipped without the `agency` token (its success rate, the staff ratio and the days at base
-     camp stay)
+- c  shipped with the `agency` token toggled: added when the shipped inputs lack it, removed
+     when they have it (its success rate, the staff ratio and the days at base camp stay)
 - d  shipped without weather: every weather value masked, the way the arrays mark a value that
      is missing (weather_missing all true, values 0). The model has no switch that drops its 26
      weather tokens; masked, they carry only the learned missing projection and their time
@@ -83,10 +83,16 @@ def input_variants(shipped: InputSet) -> dict[str, InputVariant]:
     def without(*names: str) -> InputSet:
         return InputSet.of([n for n in shipped.names if n not in names])
 
+    agency = (
+        InputVariant("shipped − agency token", without("agency"))
+        if "agency" in shipped.names
+        else InputVariant("shipped + agency token", InputSet.of((*shipped.names, "agency")))
+    )
+
     return {
         "a": InputVariant("shipped (cpu profile)", shipped),
         "b": InputVariant("spec tokens only", InputSet.of(SPEC_INPUTS)),
-        "c": InputVariant("shipped − agency token", without("agency")),
+        "c": agency,
         "d": InputVariant("shipped − weather (masked)", shipped, weather=False),
         "e": InputVariant("shipped − oxygen tokens", without(*OXYGEN_TOKENS)),
         "f": InputVariant(

@@ -275,8 +275,10 @@ class TrainConfig(Section):
     # The transformer is trained this many times, with seeds seed, seed + 1, …: the run reports
     # their spread, registers the best by validation AUC, and serves the others as the band.
     seeds: int = 3
-    # Post-hoc calibration on the validation split (pipeline/train/calibration.py);
-    # bench/calibration.py measures the methods side by side.
+    # Post-hoc calibration on the validation split (pipeline/train/calibration.py). Temperature:
+    # the one strictly monotone map that does not move the base rate, so the ranking of push
+    # days and the AUC stay the model's; isotonic scores better (bench/calibration.py, README)
+    # but its steps give neighbouring push days the same P.
     calibration: Literal["none", "temperature", "platt", "isotonic"] = "temperature"
     device: Literal["auto", "cpu", "cuda"] = "auto"
     num_threads: int | None = None  # torch intra-op threads; None = torch's default

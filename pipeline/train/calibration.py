@@ -5,9 +5,10 @@ split and applied to everything the model says afterwards.
 - platt: p = σ(a·z + b), two parameters; also moves the base rate.
 - isotonic: a monotone step function of z fitted by pool-adjacent-violators; the most flexible.
 
-Which one the models use is `train.calibration`; `bench/calibration.py` measures them side by
-side (validation cross-fit and test, ECE and Brier) and deepsummit.toml says why the default is
-the one it is. All three are monotone in z, so AUC is unchanged by calibration.
+Which one the models use is `train.calibration` (pipeline/config.py says why the default is the
+one it is); `bench/calibration.py` measures them side by side (validation cross-fit and test,
+ECE and Brier). Temperature and Platt are strictly monotone in z, so they leave the AUC as it
+was; isotonic's steps tie rows and can change it.
 """
 
 from __future__ import annotations
