@@ -290,6 +290,25 @@ class ChampionModel(Resource):
         return [str(champion.version), champion.tags.get(TAG_FILES_DIGEST)]
 
 
+class DriftReference(ChampionModel):
+    """The champion's training-split profile, which the features stage compares the newest
+    season with. In the features stage's cache key so that a new champion recomputes the drift
+    report (the snapshot, and so the train stage, stay cached: same digest). No champion is a
+    value too: the report then says it did not compare. Not lineage: the features do not
+    depend on it."""
+
+    name = "drift_reference"
+
+    def assets(self, settings: Settings, report: Any = None) -> list[Asset]:
+        return []
+
+    def present(self, settings: Settings) -> bool:
+        return True
+
+    def cache_input(self, settings: Settings) -> Any:
+        return super().cache_input(settings) if super().present(settings) else "no champion"
+
+
 class ForecastApi(Resource):
     """The Open-Meteo forecast endpoint."""
 
@@ -361,6 +380,7 @@ RESOURCES: dict[str, Resource] = {
         FeaturesSnapshot(),
         ModelVersion(),
         ChampionModel(),
+        DriftReference(),
         ForecastApi(),
         ForecastWeather(),
         Outlooks("outlooks"),

@@ -78,7 +78,14 @@ WEATHER = Stage(
 FEATURES = Stage(
     "features",
     "pipeline.features.build:build_features",
-    reads=("members", "expeditions", "expedition_details", "peaks", "weather_daily"),
+    reads=(
+        "members",
+        "expeditions",
+        "expedition_details",
+        "peaks",
+        "weather_daily",
+        "drift_reference",
+    ),
     writes=("features", "features_snapshot"),
     settings=("features", "weather.source"),
     description="Build attempts, weather windows and the model inputs (a features snapshot).",
@@ -122,7 +129,7 @@ CHAIN: tuple[Stage, ...] = (INGEST, WEATHER, FEATURES, TRAIN)
 OUTLOOK_CHAIN: tuple[Stage, ...] = (FORECAST, OUTLOOK)
 STAGES: dict[str, Stage] = {stage.name: stage for stage in (*CHAIN, *OUTLOOK_CHAIN)}
 EXTERNAL: frozenset[str] = frozenset(
-    {"record_sources", "weather_source", "forecast_api", "champion_model"}
+    {"record_sources", "weather_source", "forecast_api", "champion_model", "drift_reference"}
 )
 
 

@@ -61,15 +61,18 @@ def window_days() -> pl.DataFrame:
 def _aggregates(variable: str) -> list[str]:
     """The token's aggregate(s) of one stored variable: its mean; for the wind direction, the
     mean of its sine and of its cosine (the components of the mean direction vector, whose
-    length says how steady the direction was), never a mean of degrees."""
+    length says how steady the direction was), never a mean of degrees. Each mean adds its days
+    in one order: summed in the parallel join's order, a rebuild differs in the last bits, which
+    changes the snapshot's digest and retrains on unchanged data."""
     column = f'w."{variable}"'
+    in_order = "ORDER BY d.days_before"
     if variable == DIRECTION_VARIABLE:
         sine, cosine = DIRECTION_CHANNELS
         return [
-            f'avg(sin(radians({column}))) AS "{sine}"',
-            f'avg(cos(radians({column}))) AS "{cosine}"',
+            f'avg(sin(radians({column})) {in_order}) AS "{sine}"',
+            f'avg(cos(radians({column})) {in_order}) AS "{cosine}"',
         ]
-    return [f'avg({column}) AS "{variable}"']
+    return [f'avg({column} {in_order}) AS "{variable}"']
 
 
 def windows_sql() -> str:

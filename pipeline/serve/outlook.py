@@ -417,7 +417,10 @@ def plot_outlook(report: OutlookReport, path: Path) -> Path:
             xytext=(0, 10),
             ha="right" if late else "left",
         )
-        axes.set(ylabel="P(summit)", ylim=(0, 1))
+        # Up to a little above the highest P drawn (at least 0.1): on a 0–1 axis a winter
+        # outlook of a few percent would be a flat line.
+        highest = max(max(p, high) for d in peak.days for p, _, high in d.members)
+        axes.set(ylabel="P(summit)", ylim=(0, min(1.0, max(0.1, 1.2 * highest))))
         axes.set_title(
             f"{peak.peakid}: model v{report.model_version}, weather {peak.weather_source} "
             f"(grey: each of {size} members)",

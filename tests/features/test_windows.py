@@ -21,6 +21,7 @@ from pipeline.features.spec import (
     WINDOW_DAYS,
 )
 from pipeline.features.windows import compute_windows, window_days, window_tensors
+from pipeline.warehouse import frame_digest
 
 pytest_plugins = ["features_fixtures"]
 
@@ -144,3 +145,16 @@ def test_missing_days_count_absent_rows(weather_con) -> None:
     }
     nowhere = windows.filter(pl.col("peakid") == "NOPE")
     assert set(nowhere.select(WEATHER_CHANNELS).null_count().row(0)) == {WEATHER_TOKENS}
+
+
+def test_windows_computed_again_are_the_same_to_the_last_bit(bundle_warehouse: Path) -> None:
+    """A rebuild on unchanged weather must not change the snapshot's digest (and so retrain):
+    every mean adds its days in one order, whatever order the parallel join yields them in."""
+    with duckdb.connect(str(bundle_warehouse), read_only=True) as con:
+        targets = con.sql(
+            "SELECT DISTINCT peakid, date FROM weather_daily "
+            "WHERE source = 'archive' AND date >= DATE '2005-01-01'"
+        ).pl()
+        digests = {frame_digest(compute_windows(con, targets, "archive")) for _ in range(3)}
+    assert targets.height > 10_000
+    assert len(digests) == 1

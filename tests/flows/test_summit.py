@@ -35,6 +35,7 @@ from flows.resources import RESOURCES, source_asset
 from flows.runner import _retry_options, cache_inputs, progress_key
 from flows.stages import CHAIN, STAGES, WEATHER, Retry, task_edges
 from flows.summit import (
+    DRIFT_ARTIFACT,
     LINEAGE_ARTIFACT,
     OUTLOOK_ARTIFACT,
     STAGE_FLOWS,
@@ -69,9 +70,10 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any],
 
 @pytest.fixture(scope="module")
 def runs(harness: None, workspace) -> list[Any]:
-    """The final states of two summit runs with the same inputs."""
+    """The final states of three summit runs with the same inputs: the first registers the
+    first champion, so the second compares the newest season with it."""
     overrides, _ = workspace
-    return [summit(profile="tiny", overrides=overrides, return_state=True) for _ in range(2)]
+    return [summit(profile="tiny", overrides=overrides, return_state=True) for _ in range(3)]
 
 
 def _task_runs(flow_run_id: Any) -> dict[str, Any]:
@@ -108,7 +110,7 @@ def _materialisations(flow_run_id: Any, expected: int) -> dict[str, Any]:
 
 
 def test_the_chain_completes_and_registers_a_champion(runs, workspace) -> None:
-    first, _ = runs
+    first, *_ = runs
     _, settings = workspace
     assert first.is_completed(), first.message
     summary = first.result()
@@ -121,7 +123,7 @@ def test_the_chain_completes_and_registers_a_champion(runs, workspace) -> None:
 
 
 def test_every_stage_materialises_its_assets_with_lineage(runs, workspace) -> None:
-    first, _ = runs
+    first, *_ = runs
     _, settings = workspace
     events = _materialisations(first.state_details.flow_run_id, expected=9)
     members, weather = key(settings, "members"), key(settings, "weather_daily")
@@ -147,7 +149,7 @@ def test_every_stage_materialises_its_assets_with_lineage(runs, workspace) -> No
 
 def test_each_stage_waits_for_the_stages_that_write_its_inputs(runs) -> None:
     """The run graph's edges: a task run's `wait_for` inputs are its upstream task runs."""
-    first, _ = runs
+    first, *_ = runs
     task_runs = _task_runs(first.state_details.flow_run_id)
     ids = {name: str(run.id) for name, run in task_runs.items()}
 
@@ -164,7 +166,7 @@ def test_each_stage_waits_for_the_stages_that_write_its_inputs(runs) -> None:
 
 
 def test_lineage_and_summary_artifacts_are_published(runs, workspace) -> None:
-    first, _ = runs
+    first, *_ = runs
     _, settings = workspace
     with get_client(sync_client=True) as client:
         artifacts = client.read_artifacts(
@@ -182,7 +184,7 @@ def test_lineage_and_summary_artifacts_are_published(runs, workspace) -> None:
 
 
 def test_training_reports_its_progress_as_a_prefect_artifact(runs) -> None:
-    first, _ = runs
+    first, *_ = runs
     with get_client(sync_client=True) as client:
         artifacts = client.read_artifacts(
             artifact_filter=ArtifactFilter(
@@ -243,13 +245,29 @@ def test_the_outlook_materialises_from_the_champion_and_the_forecast(
 
 
 def test_an_unchanged_rerun_reuses_every_stage(runs) -> None:
-    first, second = runs
-    assert second.is_completed(), second.message
+    first, _, third = runs
+    assert third.is_completed(), third.message
     assert set(_task_states_by_name(first.state_details.flow_run_id).values()) == {"Completed"}
-    reused = _task_states_by_name(second.state_details.flow_run_id)
+    reused = _task_states_by_name(third.state_details.flow_run_id)
     assert set(reused) == set(STAGES_RUN)
     assert set(reused.values()) == {"Cached"}
-    assert second.result()["model_version"] == first.result()["model_version"]
+    assert third.result()["model_version"] == first.result()["model_version"]
+
+
+def test_a_new_champion_renews_the_drift_report_and_nothing_else(runs) -> None:
+    """The first run made the first champion: the second compares the newest season with it
+    (the features stage reads the champion's drift reference), and its unchanged snapshot
+    keeps the train stage cached."""
+    first, second, _ = runs
+    states = _task_states_by_name(second.state_details.flow_run_id)
+    assert states == {**dict.fromkeys(STAGES_RUN, "Cached"), "features": "Completed"}
+    drift = {
+        run.state_details.flow_run_id: _artifacts(run.state_details.flow_run_id)[DRIFT_ARTIFACT]
+        for run in (first, second)
+    }
+    assert "no champion" in drift[first.state_details.flow_run_id].data
+    version = first.result()["model_version"]
+    assert f"champion v{version}" in drift[second.state_details.flow_run_id].data
 
 
 def test_a_changed_input_table_invalidates_the_stage_that_reads_it(runs, workspace) -> None:
