@@ -89,9 +89,7 @@ def input_drift(
         min_rows=min_rows,
         description=description,
     )
-    weather = weather_drift(
-        reference, rows, windows, threshold, min_rows, f"{description}, weather tokens"
-    )
+    weather = weather_drift(reference, rows, windows, threshold, min_rows, description)
     return tabular.combined(weather)
 
 
