@@ -19,7 +19,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: find `e2e`
+# Run as a script: find `e2e` in tests/, but the project first, so that tests/model (the model
+# tests) does not hide the model package.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from e2e.browser import launch_browser
 from e2e.ui_checks import (
