@@ -168,8 +168,8 @@ def table_rows(
 
 def seed_spread(seeds: SeedSpread) -> str:
     """Mean ± sd of the seeds' test AUCs, then each one (the registered seed first)."""
-    aucs = seeds.test_auc
-    spread = f" ± {np.std(aucs, ddof=1):.4f}" if len(aucs) > 1 else ""
+    aucs, sd = seeds.test_auc, seeds.test_auc_sd
+    spread = f" ± {sd:.4f}" if sd is not None else ""
     return f"{np.mean(aucs):.4f}{spread} ({', '.join(f'{a:.4f}' for a in aucs)})"
 
 

@@ -89,9 +89,10 @@ def test_a_readers_wait_is_bounded_too(tmp_path: Path) -> None:
 
 
 def test_the_holder_is_named_by_its_command_line() -> None:
-    code = "import time; time.sleep(30)"
-    running = subprocess.Popen([sys.executable, "-c", code, "--flag"])
+    code = "import time; print('started', flush=True); time.sleep(30)"
+    running = subprocess.Popen([sys.executable, "-c", code, "--flag"], stdout=subprocess.PIPE)
     try:
+        running.stdout.readline()  # it runs the code: its command line is its own, not ours
         # An interpreter running code, not a script, keeps its own name.
         named = lock_holder(running.pid, sys.executable)
     finally:

@@ -53,11 +53,18 @@ class SeedSpread:
         """The seed with the best validation AUC: the one a run registers."""
         return self.seeds[int(np.argmax(self.validation_auc))]
 
+    @property
+    def test_auc_sd(self) -> float | None:
+        """The seeds' sample standard deviation; None for one seed."""
+        return float(np.std(self.test_auc, ddof=1)) if len(self.test_auc) > 1 else None
+
     def render(self) -> str:
-        mean, sd = float(np.mean(self.test_auc)), float(np.std(self.test_auc, ddof=1))
+        mean, sd = float(np.mean(self.test_auc)), self.test_auc_sd
         runs = ", ".join(
             f"{seed}: {auc:.4f}" for seed, auc in zip(self.seeds, self.test_auc, strict=True)
         )
+        if sd is None:
+            return f"test AUC {mean:.4f} (one seed, {runs})"
         return f"test AUC {mean:.4f} ± {sd:.4f} (mean ± sd over seeds {runs})"
 
 
@@ -107,7 +114,8 @@ class Comparison:
         for name, diff in self.differences.items():
             values |= diff.as_dict(f"auc_difference_{slug(name.split(' − ')[1])}")
         values["transformer_test_auc_seed_mean"] = float(np.mean(self.seeds.test_auc))
-        values["transformer_test_auc_seed_sd"] = float(np.std(self.seeds.test_auc, ddof=1))
+        if self.seeds.test_auc_sd is not None:
+            values["transformer_test_auc_seed_sd"] = self.seeds.test_auc_sd
         return values
 
 

@@ -85,6 +85,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Settings, 
     overrides["paths"]["data_dir"] = str(write_bundle_slice(root / "data"))
     overrides["services"] |= {"prefect_port": _free_port(), "mlflow_port": _free_port()}
     overrides["train"]["num_threads"] = 1
+    # A trial trains one seed; so does the final run here, so that it reproduces the trial's
+    # validation AUC exactly (with more, it registers the best of its seeds).
+    overrides["train"]["seeds"] = 1
     overrides["tune"] = {
         "storage_url": f"sqlite:///{root / 'optuna.db'}",
         "study_name": "e2e",

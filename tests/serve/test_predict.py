@@ -114,8 +114,9 @@ def test_a_planned_attempt_gets_a_probability_its_band_and_named_tokens(predict_
     assert prediction.attempt.season_name == "Spring"
     tokens = [token for token in prediction.top_tokens.split(";") if token.strip()]
     assert len(tokens) == 5
-    assert "agency 'Nobody Ever Heard Of Us' is not in the training vocabulary" in (
-        prediction.notes
+    assert (
+        "agency 'Nobody Ever Heard Of Us' has no expedition in the records: its success rate "
+        "is the prior" in prediction.notes
     )
     assert prediction.model_version == "1" and prediction.weather_source == "archive"
     text = prediction.render()
