@@ -33,9 +33,10 @@ from pipeline.features.dataset import FeatureArrays
 from pipeline.features.preprocessing import Preprocessor
 from pipeline.features.spec import InputSet
 from pipeline.features.validation import SPLITS
+from pipeline.train import stage
 from pipeline.train.bootstrap import Interval
-from pipeline.train.stage import replace_seed
-from pipeline.train.trainer import TrainResult, train_model
+from pipeline.train.stage import registered_first
+from pipeline.train.trainer import TrainResult
 from pipeline.warehouse import connect
 
 # After the pipeline's imports: tests/model (a folder of tests) would shadow the model package.
@@ -150,23 +151,18 @@ def split_groups(snapshot: Path, split: str) -> np.ndarray:
 def train_seeds(
     settings: Settings, arrays: dict[str, FeatureArrays], dimensions: dict[str, Any]
 ) -> list[TrainResult]:
-    """The transformer trained once per seed (seed, seed + 1, …) as the train stage does
-    (pipeline.train.stage.train_seeds, without its MLflow logging), the one it registers (best
-    validation AUC) first."""
+    """The transformer trained once per seed as the train stage trains it, without logging its
+    epochs to MLflow, the one it registers (best validation AUC) first."""
     with tempfile.TemporaryDirectory() as checkpoints:
-        results = [
-            train_model(
-                replace_seed(settings.train, settings.train.seed + offset),
-                settings.model,
-                arrays["train"],
-                arrays["validation"],
-                dimensions,
-                Path(checkpoints) / f"seed-{offset}",
-            )
-            for offset in range(settings.train.seeds)
-        ]
-    best = max(results, key=lambda r: r.best_val_auc)
-    return [best, *(r for r in results if r is not best)]
+        results = stage.train_seeds(
+            settings.train,
+            settings.model,
+            arrays,
+            dimensions,
+            Path(checkpoints),
+            epoch_log=lambda record, prefix: None,
+        )
+    return registered_first(results)
 
 
 def render_signed(interval: Interval) -> str:

@@ -56,9 +56,8 @@ from pipeline.features.spec import SPEC_INPUTS, InputSet
 from pipeline.train.baselines import lightgbm
 from pipeline.train.bootstrap import paired_auc_difference, replicate_weights
 from pipeline.train.comparison import TRANSFORMER, Comparison, SeedSpread, compare, logit
-from pipeline.train.evaluation import compute_metrics
-from pipeline.train.stage import transformer_predictions
-from pipeline.train.trainer import predict_proba, training_slice
+from pipeline.train.stage import seed_spread, transformer_predictions
+from pipeline.train.trainer import training_slice
 
 logger = logging.getLogger("ablation")
 
@@ -126,11 +125,7 @@ def evaluate(
         transformer_predictions(results, arrays),
         lightgbm(train, validation, test, train_config.seed, train_config.num_threads),
     ]
-    seeds = SeedSpread(
-        tuple(r.seed for r in results),
-        tuple(r.best_val_auc for r in results),
-        tuple(compute_metrics(test.label, predict_proba(r.model, test)).auc for r in results),
-    )
+    seeds = seed_spread(results, test)
     comparison = compare(
         models, validation.label, test.label, groups, train_config.calibration, seeds
     )
@@ -156,7 +151,7 @@ def table_rows(
         else:
             first, second = result.calibrated[row.name], reference.calibrated[row.name]
             delta = render_signed(paired_auc_difference(labels, first, second, weights))
-        seeds = seed_spread(result.comparison.seeds) if row.name == TRANSFORMER else "–"
+        seeds = render_seeds(result.comparison.seeds) if row.name == TRANSFORMER else "–"
         lines.append(
             f"| ({key}) {variant.name} | {variant.inputs.tokens} | {row.name} "
             f"| {m.auc.render(4)} | {m.brier.render(4)} | {m.ece.render(4)} "
@@ -166,7 +161,7 @@ def table_rows(
     return lines
 
 
-def seed_spread(seeds: SeedSpread) -> str:
+def render_seeds(seeds: SeedSpread) -> str:
     """Mean ± sd of the seeds' test AUCs, then each one (the registered seed first)."""
     aucs, sd = seeds.test_auc, seeds.test_auc_sd
     spread = f" ± {sd:.4f}" if sd is not None else ""

@@ -24,10 +24,9 @@ from _training import split_groups
 from pipeline.config import load_settings
 from pipeline.features.build import load_features, newest_features_dir
 from pipeline.train.baselines import run_baselines
-from pipeline.train.comparison import ModelRow, SeedSpread, compare
-from pipeline.train.evaluation import compute_metrics
-from pipeline.train.stage import transformer_predictions
-from pipeline.train.trainer import predict_proba, train_model, training_slice
+from pipeline.train.comparison import ModelRow, compare
+from pipeline.train.stage import seed_spread, transformer_predictions
+from pipeline.train.trainer import train_model, training_slice
 
 
 def markdown(rows: tuple[ModelRow, ...]) -> str:
@@ -77,8 +76,7 @@ def main() -> None:
             settings.train.num_threads,
         ),
     ]
-    test_auc = compute_metrics(test.label, predict_proba(result.model, test)).auc
-    seeds = SeedSpread((result.seed,), (result.best_val_auc,), (test_auc,))
+    seeds = seed_spread([result], test)
     comparison = compare(
         models,
         arrays["validation"].label,

@@ -306,7 +306,10 @@ class DriftReference(ChampionModel):
         return True
 
     def cache_input(self, settings: Settings) -> Any:
-        return super().cache_input(settings) if super().present(settings) else "no champion"
+        try:
+            return super().cache_input(settings)
+        except PipelineError:  # no reachable registry, or no champion in it
+            return "no champion"
 
 
 class ForecastApi(Resource):

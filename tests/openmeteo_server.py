@@ -26,6 +26,7 @@ import math
 import threading
 import time
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -317,6 +318,15 @@ class OpenMeteoServer:
         with self._lock:
             self.requests, self.weighted_calls = 0, 0.0
             self.log.clear()
+
+    @contextlib.contextmanager
+    def one_test(self) -> Iterator[OpenMeteoServer]:
+        """One test's use of a shared server: counters from zero and no daily limit; a fault it
+        injected but never hit fails it."""
+        self.reset_counts()
+        self.daily_limit = None
+        yield self
+        assert not self._faults, f"faults injected but never hit: {list(self._faults)}"
 
     @property
     def url(self) -> str:

@@ -15,6 +15,7 @@ import hashlib
 import logging
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,7 @@ from pipeline.serve.planned import KEY_COLUMNS
 from pipeline.train.artifact import ModelArtifact
 from pipeline.train.baselines import ModelPredictions, run_baselines
 from pipeline.train.comparison import TRANSFORMER, Comparison, SeedSpread, compare
-from pipeline.train.evaluation import auc_by_group, plot_calibration, plot_roc
+from pipeline.train.evaluation import auc_by_group, compute_metrics, plot_calibration, plot_roc
 from pipeline.train.registry import Candidate, gate, log_and_register
 from pipeline.train.tracking import git_commit, log_epoch, log_plots, training_params, ui_links
 from pipeline.train.trainer import (
@@ -150,8 +151,8 @@ def train_and_register(
         results = train_seeds(
             settings.train, settings.model, arrays, dimensions, checkpoints, context.progress
         )
-        best = max(results, key=lambda r: r.best_val_auc)
-        ordered = [best, *(r for r in results if r is not best)]  # the registered seed first
+        ordered = registered_first(results)
+        best = ordered[0]
         models = [
             transformer_predictions(ordered, arrays),
             *run_baselines(
@@ -163,11 +164,7 @@ def train_and_register(
                 settings.train.num_threads,
             ),
         ]
-        seeds = SeedSpread(
-            tuple(r.seed for r in results),
-            tuple(r.best_val_auc for r in results),
-            tuple(_auc(arrays["test"], predict_proba(r.model, arrays["test"])) for r in results),
-        )
+        seeds = seed_spread(results, arrays["test"])
         groups = rows["test"].select(pl.format("{}/{}", "expid", "year")).to_series().to_numpy()
         comparison = compare(
             models,
@@ -279,17 +276,19 @@ def train_seeds(
     dimensions: dict[str, Any],
     checkpoints: Path,
     progress: Progress = no_progress,
+    epoch_log: Callable[[EpochRecord, str], None] = log_epoch,
 ) -> list[TrainResult]:
     """The transformer trained once per seed (seed, seed + 1, …), each resumable from its own
-    checkpoint folder; every epoch is logged to the active MLflow run under `seed_<s>_` and
-    counted in `progress` (epochs of all seeds; early stopping may end a seed sooner)."""
+    checkpoint folder; every epoch goes to `epoch_log` under `seed_<s>_` (by default the active
+    MLflow run) and is counted in `progress` (epochs of all seeds; early stopping may end a
+    seed sooner)."""
     results = []
     planned = train_config.seeds * train_config.max_epochs
     for offset in range(train_config.seeds):
         seed = train_config.seed + offset
 
         def on_epoch_end(record: EpochRecord, seed: int = seed, offset: int = offset) -> None:
-            log_epoch(record, prefix=f"seed_{seed}_")
+            epoch_log(record, f"seed_{seed}_")
             progress(
                 offset * train_config.max_epochs + record.epoch,
                 planned,
@@ -310,8 +309,23 @@ def train_seeds(
         )
     for result in results:
         for record in result.history[: result.resumed_from_epoch]:
-            log_epoch(record, prefix=f"seed_{result.seed}_")  # epochs done before a crash
+            epoch_log(record, f"seed_{result.seed}_")  # epochs done before a crash
     return results
+
+
+def registered_first(results: list[TrainResult]) -> list[TrainResult]:
+    """The seeds' results with the one a run registers (best validation AUC) first."""
+    best = max(results, key=lambda r: r.best_val_auc)
+    return [best, *(r for r in results if r is not best)]
+
+
+def seed_spread(results: list[TrainResult], test: FeatureArrays) -> SeedSpread:
+    """Each seed's validation AUC and test AUC, in the order of `results`."""
+    return SeedSpread(
+        tuple(r.seed for r in results),
+        tuple(r.best_val_auc for r in results),
+        tuple(compute_metrics(test.label, predict_proba(r.model, test)).auc for r in results),
+    )
 
 
 def replace_seed(train_config: TrainConfig, seed: int) -> TrainConfig:
@@ -333,12 +347,6 @@ def transformer_predictions(
         sum(r.seconds for r in ordered),
         per_1000,
     )
-
-
-def _auc(arrays: FeatureArrays, probabilities: np.ndarray) -> float:
-    from sklearn.metrics import roc_auc_score
-
-    return float(roc_auc_score(arrays.label, probabilities))
 
 
 def _calibrated_test(

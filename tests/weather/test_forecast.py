@@ -30,11 +30,8 @@ def server():
 
 @pytest.fixture(autouse=True)
 def fresh_server(server: OpenMeteoServer):
-    server.reset_counts()
-    server.daily_limit = None
-    yield
-    server.inject()
-    assert not server._faults, "a fault was injected but never hit"
+    with server.one_test():
+        yield
 
 
 def forecast_settings(tmp_path: Path, server: OpenMeteoServer, **forecast) -> Settings:

@@ -38,11 +38,8 @@ def server():
 
 @pytest.fixture(autouse=True)
 def fresh_server(server: OpenMeteoServer):
-    server.reset_counts()
-    server.daily_limit = None
-    yield
-    server.inject()  # nothing left over for the next test
-    assert not server._faults, "a fault was injected but never hit"
+    with server.one_test():
+        yield
 
 
 def om_settings(tmp_path: Path, server: OpenMeteoServer, **weather) -> Settings:
