@@ -27,11 +27,13 @@ $(CHROMEDRIVER):
 
 test: $(STAMP) $(CHROMEDRIVER)
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 # The main job: local Prefect + MLflow servers and a worker, then `prefect deployment run summit/train`.
 train: $(STAMP)

@@ -10,38 +10,32 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-import duckdb
 import numpy as np
 import polars as pl
 import torch
+from _bundle import bundle_features
 
-from pipeline.config import Settings, load_settings, nested_overrides
-from pipeline.context import RunContext
-from pipeline.features.build import (
+from deepsummit.contracts.arrays import FeatureArrays
+from deepsummit.contracts.preprocessing import Preprocessor
+from deepsummit.contracts.snapshot import (
     SNAPSHOT_FILE,
-    build_features,
+    SPLITS,
     load_features,
     newest_features_dir,
+    read_features,
+    read_windows,
 )
-from pipeline.features.dataset import FeatureArrays
-from pipeline.features.preprocessing import Preprocessor
-from pipeline.features.spec import InputSet
-from pipeline.features.validation import SPLITS
-from pipeline.train import stage
-from pipeline.train.bootstrap import Interval
-from pipeline.train.stage import registered_first
-from pipeline.train.trainer import TrainResult
-from pipeline.warehouse import connect
-
-# After the pipeline's imports: tests/model (a folder of tests) would shadow the model package.
-sys.path.append(str(Path(__file__).resolve().parents[1] / "tests"))
-from features_tables import load_bundle
+from deepsummit.core.config import Settings, load_settings, nested_overrides
+from deepsummit.core.inputs import InputSet
+from deepsummit.train import stage
+from deepsummit.train.bootstrap import Interval
+from deepsummit.train.stage import registered_first
+from deepsummit.train.trainer import TrainResult
 
 
 def add_snapshot_options(parser: argparse.ArgumentParser) -> None:
@@ -50,16 +44,10 @@ def add_snapshot_options(parser: argparse.ArgumentParser) -> None:
         "--features", type=Path, help="a features folder (default: the newest under the settings)"
     )
     parser.add_argument(
-        "--warehouse",
-        type=Path,
-        help="the warehouse that folder was built from, for its weather windows (default: the "
-        "settings'); read only to refit another input set",
-    )
-    parser.add_argument(
         "--bundle",
         type=Path,
         help="build a fresh warehouse of the whole data bundle and its snapshot under this "
-        "folder first (tests/features_tables.py), instead of --features/--warehouse",
+        "folder first (the records, weather and features stages), instead of --features",
     )
     parser.add_argument("--seeds", type=int, help="transformer seeds (default: the profile's)")
     parser.add_argument("--max-train-rows", type=int, help="train on a slice (quick runs)")
@@ -80,51 +68,24 @@ def bench_settings(args: argparse.Namespace, profile: str = "cpu") -> Settings:
     return load_settings(profile, nested_overrides(dotted))
 
 
-def snapshot_location(args: argparse.Namespace, settings: Settings) -> tuple[Path, Path]:
-    """(features folder, its warehouse) the options name."""
+def snapshot_location(args: argparse.Namespace, settings: Settings) -> Path:
+    """The features folder the options name."""
     if args.bundle is not None:
-        return bundle_snapshot(args.bundle)
-    features = args.features or newest_features_dir(settings.features.features_dir)
-    return features, args.warehouse or settings.paths.warehouse
-
-
-def bundle_snapshot(directory: Path) -> tuple[Path, Path]:
-    """A new warehouse holding the whole data bundle (the contract tables the tests load) and
-    the features snapshot the cpu profile builds from it, both under `directory`; MLflow points
-    at a file store there, so no service is asked for a champion."""
-    directory = directory.resolve()
-    warehouse = directory / "warehouse.duckdb"
-    warehouse.unlink(missing_ok=True)
-    warehouse.parent.mkdir(parents=True, exist_ok=True)
-    with duckdb.connect(str(warehouse)) as con:
-        load_bundle(con)
-    overrides = {
-        "paths": {
-            "warehouse": str(warehouse),
-            "var_dir": str(directory),
-            "runs_dir": str(directory / "runs"),
-        },
-        "features": {"features_dir": str(directory / "features")},
-        "mlflow": {"tracking_uri": f"sqlite:///{directory / 'mlflow.db'}"},
-    }
-    report = build_features(load_settings("cpu", overrides), RunContext(directory / "runs"))
-    return report.directory, warehouse
+        _, report = bundle_features(args.bundle)
+        return report.directory
+    return args.features or newest_features_dir(settings.features.features_dir)
 
 
 def input_set_arrays(
-    snapshot: Path, warehouse: Path, inputs: InputSet
+    snapshot: Path, inputs: InputSet
 ) -> tuple[dict[str, FeatureArrays], Preprocessor]:
     """Each split's arrays for `inputs` and their preprocessor: the snapshot's own when `inputs`
     is its input set, else a `Preprocessor` fitted on the snapshot's train rows (every declared
-    input is a column of its features.parquet) with the weather windows of the warehouse it was
-    built from. The refitted weather arrays must equal the snapshot's: the same windows."""
+    input is a column of its features.parquet) with the snapshot's weather windows."""
     arrays, preprocessor = load_features(snapshot)
     if preprocessor.inputs == inputs:
         return arrays, preprocessor
-    features = pl.read_parquet(snapshot / SNAPSHOT_FILE)
-    with connect(warehouse, read_only=True) as con:
-        windows = con.table("weather_windows").pl()
-    windows = windows.filter(pl.col("source") == preprocessor.weather_source)
+    features, windows = read_features(snapshot), read_windows(snapshot)
     rows = {name: features.filter(pl.col("split") == name) for name in SPLITS}
     refit = Preprocessor.fit(
         rows["train"],
@@ -134,11 +95,7 @@ def input_set_arrays(
         preprocessor.min_category_count,
         preprocessor.extra,
     )
-    refitted = {name: refit.transform(frame, windows) for name, frame in rows.items()}
-    for name, split in refitted.items():
-        if not np.array_equal(split.weather, arrays[name].weather):
-            raise SystemExit(f"{warehouse}: its weather windows are not those of {snapshot}")
-    return refitted, refit
+    return {name: refit.transform(frame, windows) for name, frame in rows.items()}, refit
 
 
 def split_groups(snapshot: Path, split: str) -> np.ndarray:

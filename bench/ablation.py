@@ -19,12 +19,12 @@ Input sets (a is always run: every difference is taken against it):
 Per set: the transformer trained `train.seeds` times (cpu profile, seeds seed, seed + 1, …), the
 registered one being the best by validation AUC, and LightGBM on the stage's training slice; both
 calibrated on validation with `train.calibration` and scored on the identical test rows by
-pipeline.train.comparison.compare, with 95% intervals from the expedition bootstrap of
-pipeline/train/bootstrap.py (Brier and ECE after calibration; the ECE before it beside them).
+deepsummit.train.comparison.compare, with 95% intervals from the expedition bootstrap of
+deepsummit/train/bootstrap.py (Brier and ECE after calibration; the ECE before it beside them).
 ΔAUC vs (a) is paired: the same model's AUC with this set minus with (a), on the same
 replicates. The transformer's train seconds add up its seeds. Prints markdown.
 
-    .venv/bin/python bench/ablation.py [--features DIR] [--warehouse FILE] [--bundle DIR]
+    .venv/bin/python bench/ablation.py [--features DIR] [--bundle DIR]
         [--sets a,b,c,d,e,f] [--seeds N] [--max-train-rows N] [--threads 1]
 """
 
@@ -50,14 +50,14 @@ from _training import (
     train_seeds,
 )
 
-from pipeline.config import Settings
-from pipeline.features.dataset import FeatureArrays
-from pipeline.features.spec import SPEC_INPUTS, InputSet
-from pipeline.train.baselines import lightgbm
-from pipeline.train.bootstrap import paired_auc_difference, replicate_weights
-from pipeline.train.comparison import TRANSFORMER, Comparison, SeedSpread, compare, logit
-from pipeline.train.stage import seed_spread, transformer_predictions
-from pipeline.train.trainer import training_slice
+from deepsummit.contracts.arrays import FeatureArrays
+from deepsummit.core.config import Settings
+from deepsummit.core.inputs import SPEC_INPUTS, InputSet
+from deepsummit.train.baselines import lightgbm
+from deepsummit.train.bootstrap import paired_auc_difference, replicate_weights
+from deepsummit.train.comparison import TRANSFORMER, Comparison, SeedSpread, compare, logit
+from deepsummit.train.stage import seed_spread, transformer_predictions
+from deepsummit.train.trainer import training_slice
 
 logger = logging.getLogger("ablation")
 
@@ -177,7 +177,7 @@ def main() -> None:
     args = parser.parse_args()
     started, load_before = time.perf_counter(), os.getloadavg()
     settings = bench_settings(args)
-    snapshot, warehouse = snapshot_location(args, settings)
+    snapshot = snapshot_location(args, settings)
     variants = input_variants(settings.features.model_inputs())
     keys = [REFERENCE, *(k for k in args.sets.split(",") if k and k != REFERENCE)]
     unknown = [k for k in keys if k not in variants]
@@ -204,7 +204,7 @@ def main() -> None:
     for key in keys:
         variant = variants[key]
         logger.info("set (%s) %s: %s", key, variant.name, ", ".join(variant.inputs.names))
-        arrays, preprocessor = input_set_arrays(snapshot, warehouse, variant.inputs)
+        arrays, preprocessor = input_set_arrays(snapshot, variant.inputs)
         if not variant.weather:
             arrays = {split: weather_masked(a) for split, a in arrays.items()}
         results[key] = evaluate(settings, arrays, preprocessor.model_dimensions(), groups)

@@ -1,5 +1,5 @@
-"""The post-hoc calibration methods of pipeline/train/calibration.py side by side on the shipped
-model: none, temperature, Platt and isotonic, each scored by ECE and Brier
+"""The post-hoc calibration methods of deepsummit/contracts/calibration.py side by side on the
+shipped model: none, temperature, Platt and isotonic, each scored by ECE and Brier
 
 - on the validation split by grouped cross-fitting: the map is fitted on the other folds'
   expeditions and applied to the held-out fold, so every validation row is scored by a map that
@@ -9,7 +9,7 @@ model: none, temperature, Platt and isotonic, each scored by ECE and Brier
 
 The model is the transformer with the cpu profile's inputs, trained as the train stage trains
 it; the seed it registers (best validation AUC of `train.seeds`) is calibrated. 95% intervals
-come from the expedition bootstrap of pipeline/train/bootstrap.py, on each split's own
+come from the expedition bootstrap of deepsummit/train/bootstrap.py, on each split's own
 expeditions; ΔECE vs none is paired (the same replicates). Prints a markdown table and the
 method that validation cross-fitting would choose (lowest ECE).
 
@@ -39,16 +39,16 @@ from _training import (
 )
 from sklearn.model_selection import GroupKFold
 
-from pipeline.train.bootstrap import (
+from deepsummit.contracts.arrays import predict_proba
+from deepsummit.contracts.calibration import Calibrator, Method
+from deepsummit.train.bootstrap import (
     LEVEL,
     Interval,
     metric_intervals,
     replicate_weights,
     weighted_ece,
 )
-from pipeline.train.calibration import Calibrator, Method
-from pipeline.train.comparison import logit
-from pipeline.train.trainer import predict_proba
+from deepsummit.train.comparison import logit
 
 METHODS: tuple[Method, ...] = get_args(Method)
 FOLD_SEED = 0
@@ -97,8 +97,8 @@ def main() -> None:
     args = parser.parse_args()
     started, load_before = time.perf_counter(), os.getloadavg()
     settings = bench_settings(args)
-    snapshot, warehouse = snapshot_location(args, settings)
-    arrays, preprocessor = input_set_arrays(snapshot, warehouse, settings.features.model_inputs())
+    snapshot = snapshot_location(args, settings)
+    arrays, preprocessor = input_set_arrays(snapshot, settings.features.model_inputs())
     best, *_ = train_seeds(settings, arrays, preprocessor.model_dimensions())
     splits = {}
     for name in ("validation", "test"):

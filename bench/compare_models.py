@@ -21,12 +21,12 @@ from pathlib import Path
 import torch
 from _training import split_groups
 
-from pipeline.config import load_settings
-from pipeline.features.build import load_features, newest_features_dir
-from pipeline.train.baselines import run_baselines
-from pipeline.train.comparison import ModelRow, compare
-from pipeline.train.stage import seed_spread, transformer_predictions
-from pipeline.train.trainer import train_model, training_slice
+from deepsummit.contracts.snapshot import load_features, newest_features_dir
+from deepsummit.core.config import load_settings
+from deepsummit.train.baselines import run_baselines
+from deepsummit.train.comparison import ModelRow, compare
+from deepsummit.train.stage import seed_spread, transformer_predictions
+from deepsummit.train.trainer import train_model, training_slice
 
 
 def markdown(rows: tuple[ModelRow, ...]) -> str:

@@ -19,11 +19,12 @@ from typing import Any
 
 import torch
 
-from model.summary import count_parameters
-from pipeline.config import load_settings, nested_overrides
-from pipeline.features.build import load_features, newest_features_dir
-from pipeline.train.evaluation import compute_metrics
-from pipeline.train.trainer import predict_proba, train_model
+from deepsummit.contracts.arrays import predict_proba
+from deepsummit.contracts.snapshot import load_features, newest_features_dir
+from deepsummit.core.config import load_settings, nested_overrides
+from deepsummit.model.summary import count_parameters
+from deepsummit.train.evaluation import compute_metrics
+from deepsummit.train.trainer import train_model
 
 CANDIDATES: dict[str, dict[str, Any]] = {
     "cpu (H=32, 2 layers)": {},

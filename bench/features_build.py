@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -18,12 +17,10 @@ from pathlib import Path
 import duckdb
 import numpy as np
 import pandas as pd
+from _bundle import bundle_warehouse
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from features_tables import load_bundle, settings_for
-
-from pipeline.features.attempts import build_attempts
-from pipeline.features.spec import (
+from deepsummit.contracts.preprocessing import window_tensors
+from deepsummit.core.inputs import (
     DIRECTION_CHANNELS,
     DIRECTION_VARIABLE,
     WEATHER_CHANNELS,
@@ -31,8 +28,8 @@ from pipeline.features.spec import (
     WINDOW_DAYS,
     WINDOW_SCALES,
 )
-from pipeline.features.tabular import attempt_features, build_history
-from pipeline.features.windows import window_tensors
+from deepsummit.features.attempts import build_attempts
+from deepsummit.features.tabular import attempt_features, build_history
 
 
 def pandas_window(weather: pd.DataFrame, peakid: str, date: pd.Timestamp) -> np.ndarray:
@@ -71,13 +68,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sample", type=int, default=200, help="windows compared for equality")
     args = parser.parse_args()
-    tmp = Path(tempfile.mkdtemp(prefix="features-bench-"))
-    warehouse = tmp / "w.duckdb"
-    with duckdb.connect(str(warehouse)) as con:
-        load_bundle(con)
-    settings = settings_for(tmp, warehouse)
-
-    with duckdb.connect(str(warehouse)) as con:
+    settings = bundle_warehouse(Path(tempfile.mkdtemp(prefix="features-bench-")))
+    with duckdb.connect(str(settings.paths.warehouse)) as con:
         started = time.perf_counter()
         windows = build_attempts(con, settings.features, settings.weather.source)
         windows_done = time.perf_counter()

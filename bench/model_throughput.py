@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import time
 
 import torch
 
-from model import DeepSummitTransformer, ModelConfig
-from model.summary import count_parameters
-from pipeline.config import load_settings
-from pipeline.features.spec import WEATHER_CHANNELS
+from deepsummit.core.config import load_settings
+from deepsummit.core.inputs import WEATHER_CHANNELS
+from deepsummit.model.config import ModelConfig
+from deepsummit.model.summary import count_parameters
+from deepsummit.model.transformer import DeepSummitTransformer
 
 BATCH_SIZE = 256
 
@@ -85,7 +85,7 @@ def main() -> None:
     configs = {
         "base (spec)": base,
         f"cpu profile (H={cpu_profile.hidden_size}, L={cpu_profile.num_layers})": (
-            dataclasses.replace(base, **cpu_profile.model_dump())
+            cpu_profile.with_inputs({"n_weather_vars": base.n_weather_vars})
         ),
     }
     runs = [(torch.device("cpu"), False)]

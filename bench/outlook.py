@@ -1,7 +1,8 @@
 """Wall time of one push-day outlook: 16 candidate days for one peak and the 12-member team of
 deployments/outlook-team.csv, after the forecast is cached, by the registered champion.
 
-The forecast comes from the local Open-Meteo server of the tests (tests/openmeteo_server.py),
+The forecast comes from the local Open-Meteo server of the tests (tests/openmeteo_server.py, run
+as a program),
 stored in a scratch warehouse that holds a copy of the configured warehouse's peaks; the model is
 the configured registry's champion (run `make train` first, with the services up, or point
 --tracking-uri at another registry). Prints a markdown table: the cached forecast fetch, the
@@ -18,7 +19,6 @@ import argparse
 import datetime as dt
 import platform
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -27,17 +27,13 @@ from pathlib import Path
 import duckdb
 import mlflow
 import polars as pl
+from _local_weather import local_open_meteo
 
-# The project before tests/: tests/model (the model tests) must not hide the model package.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from openmeteo_server import OpenMeteoServer
-
-from pipeline.config import load_settings
-from pipeline.context import RunContext
-from pipeline.serve.outlook import candidate_days, plan_outlook, planned_requests, team, today
-from pipeline.warehouse import connect
-from pipeline.weather.forecast import load_forecast, newest_forecast
+from deepsummit.core.config import load_settings
+from deepsummit.core.context import RunContext
+from deepsummit.core.warehouse import connect
+from deepsummit.serve.outlook import candidate_days, plan_outlook, planned_requests, team, today
+from deepsummit.weather.forecast import load_forecast, newest_forecast
 
 
 def timed(step: Callable[[], object], repeats: int) -> list[float]:
@@ -61,7 +57,7 @@ def main() -> None:
     with duckdb.connect(str(warehouse)) as con:
         con.execute("ATTACH ? AS source (READ_ONLY)", [str(configured.paths.warehouse)])
         con.execute("CREATE TABLE peaks AS SELECT * FROM source.peaks")
-    with OpenMeteoServer() as server:
+    with local_open_meteo() as server:
         overrides = {
             "paths": {"warehouse": str(warehouse), "runs_dir": str(scratch / "runs")},
             "forecast": {"api_url": server.forecast_url, "cache_path": str(scratch / "cache")},
@@ -96,7 +92,8 @@ def main() -> None:
         rows[f"pyfunc scoring of {len(requests)} rows"] = timed(
             lambda: model.predict(requests), args.repeats
         )
-        print(f"served {server.requests} forecast requests (1 fetch, the rest from the cache)")
+        requests_served, _ = server.counts()
+        print(f"served {requests_served} forecast requests (1 fetch, the rest from the cache)")
     print(
         f"\n{args.peak}, {len(days)} days × {len(members)} members, champion "
         f"{settings.mlflow.tracking_uri}; {platform.processor() or platform.machine()}, "

@@ -1,7 +1,8 @@
 """Requests and weighted calls: merged spans (this pipeline) vs one request per attempt window.
 
 Both strategies go through the real openmeteo-requests client to the local Open-Meteo server
-(tests/openmeteo_server.py), which counts requests and weighted calls itself, in one run. The
+(tests/openmeteo_server.py, run as a program), which counts requests and weighted calls itself,
+in one run. The clean tables come from the records stage on the bundle. The
 server has data only for the eight archive peaks, so the served comparison is restricted to
 their attempts; the planner's computed counts for all fetchable peaks are printed as well.
 
@@ -10,28 +11,25 @@ their attempts; the planner's computed counts for all fetchable peaks are printe
 
 from __future__ import annotations
 
-import sys
 import tempfile
 import time
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import duckdb
+import polars as pl
+from _local_weather import local_open_meteo
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(PROJECT_ROOT / "tests"))
-
-from openmeteo_server import OpenMeteoServer  # noqa: E402
-from weather_fixtures import load_bundle_tables, weather_settings  # noqa: E402
-
-from pipeline.config import Settings  # noqa: E402
-from pipeline.context import RunContext  # noqa: E402
-from pipeline.features.spec import WINDOW_DAYS  # noqa: E402
-from pipeline.warehouse import connect, query  # noqa: E402
-from pipeline.weather import load_weather, needs, store  # noqa: E402
-from pipeline.weather.cost import RateLimiter  # noqa: E402
-from pipeline.weather.openmeteo import OpenMeteoSource  # noqa: E402
-from pipeline.weather.plan import Location, PlannedRequest, plan_requests  # noqa: E402
+from deepsummit.core.config import Settings, load_settings
+from deepsummit.core.context import RunContext
+from deepsummit.core.inputs import WINDOW_DAYS
+from deepsummit.core.warehouse import connect, query
+from deepsummit.records.ingest import ingest_records
+from deepsummit.weather import load_weather, needs, store
+from deepsummit.weather.cost import RateLimiter
+from deepsummit.weather.openmeteo import OpenMeteoSource
+from deepsummit.weather.plan import Location, PlannedRequest, plan_requests
 
 UNLIMITED = {"per_minute": 1e12, "per_hour": 1e12, "per_day": 1e12}
 
@@ -54,15 +52,27 @@ def computed(plan: list[PlannedRequest]) -> tuple[int, float]:
     return len(plan), sum(request.weight for request in plan)
 
 
+def open_meteo_settings(root: Path, api_url: str) -> Settings:
+    """Settings on a warehouse under `root`, fetching from `api_url` without rate limits."""
+    weather: dict[str, Any] = {
+        "source": "open-meteo",
+        "api_url": api_url,
+        "limits": UNLIMITED,
+        "cache_path": str(root / "cache"),
+    }
+    paths = {"warehouse": str(root / "w.duckdb"), "var_dir": str(root), "runs_dir": str(root)}
+    return load_settings(overrides={"paths": paths, "weather": weather})
+
+
 def main() -> None:
-    with tempfile.TemporaryDirectory() as tmp, OpenMeteoServer() as server:
+    with tempfile.TemporaryDirectory() as tmp, local_open_meteo() as server:
         tmp_path = Path(tmp)
-        settings = weather_settings(
-            tmp_path, source="open-meteo", api_url=server.url, limits=UNLIMITED
+        settings = open_meteo_settings(tmp_path, server.archive_url)
+        ingest_records(settings, RunContext(tmp_path / "ingest"))
+        archive_peaks = sorted(
+            pl.read_csv(settings.paths.data_dir / "weather/era5_peaks.csv")["peakid"]
         )
-        archive_peaks = sorted({p for p, _, _ in server.archive.peaks})
         with connect(settings.paths.warehouse) as con:
-            load_bundle_tables(con)
             store.ensure_tables(con)
             needs.prepare_needed_days(con)
             all_merged = computed(
@@ -79,12 +89,9 @@ def main() -> None:
         started = time.perf_counter()
         report = load_weather(settings, RunContext(tmp_path / "run"))
         merged_s = time.perf_counter() - started
-        merged = (server.requests, server.weighted_calls)
+        merged = server.counts()
 
-        server.reset_counts()
-        per_window_settings = weather_settings(
-            tmp_path / "per-window", source="open-meteo", api_url=server.url, limits=UNLIMITED
-        )
+        per_window_settings = open_meteo_settings(tmp_path / "per-window", server.archive_url)
         source = OpenMeteoSource(
             per_window_settings.weather, RateLimiter(per_window_settings.weather.limits)
         )
@@ -92,7 +99,8 @@ def main() -> None:
         for request in windows:
             source.fetch(request)
         window_s = time.perf_counter() - started
-        per_window = (server.requests, server.weighted_calls)
+        total = server.counts()
+        per_window = (total[0] - merged[0], total[1] - merged[1])
 
     free_day = 10_000
     print(f"attempt windows on the 8 archive peaks ({', '.join(archive_peaks)}), served and")

@@ -4,11 +4,8 @@ FROM nvidia/cuda:12.8.1-cudnn-runtime-ubuntu22.04
 RUN apt-get update && apt-get install -y --no-install-recommends python3.11 python3.11-venv \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /opt/deepsummit
-COPY pyproject.toml README.md deepsummit.toml prefect.yaml ./
-COPY pipeline pipeline
-COPY model model
-COPY flows flows
-COPY sql sql
+COPY pyproject.toml README.md prefect.yaml ./
+COPY src src
 COPY deployments deployments
 RUN python3.11 -m venv /opt/venv \
     && /opt/venv/bin/pip install --no-cache-dir torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128 \

@@ -9,8 +9,8 @@ import duckdb
 import pytest
 from features_tables import load_bundle, settings_for
 
-from pipeline.context import RunContext
-from pipeline.features.build import build_features
+from deepsummit.core.context import RunContext
+from deepsummit.features.build import build_features
 
 
 @pytest.fixture(scope="session")

@@ -13,8 +13,8 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-from pipeline.config import Settings, load_settings
-from pipeline.features.spec import WEATHER_VARIABLES
+from deepsummit.core.config import Settings, load_settings
+from deepsummit.core.inputs import WEATHER_VARIABLES
 
 BUNDLE = load_settings().paths.data_dir  # the data bundle the settings point at
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import polars as pl
 
-from pipeline.config import load_settings
+from deepsummit.core.config import load_settings
 
 SLICE_PEAKS = ("ANN1", "KANG")
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.config import load_settings
+from deepsummit.core.config import load_settings
 
 BUNDLE = load_settings().paths.data_dir / "himalayan"
 

@@ -1,4 +1,5 @@
-"""A local Open-Meteo-compatible server for tests and benches (not a mock of the client).
+"""A local Open-Meteo-compatible server for the tests (not a mock of the client); benches and
+people run it as a program.
 
 Serves `GET /v1/archive` from the bundled ERA5 parquet in the real wire formats: FlatBuffers
 (size-prefixed `WeatherApiResponse` messages, one per location, as `openmeteo-requests` parses
@@ -43,12 +44,13 @@ from openmeteo_sdk.Model import Model
 from openmeteo_sdk.Unit import Unit
 from openmeteo_sdk.Variable import Variable
 
-from pipeline.config import load_settings
+from deepsummit.core.config import load_settings
 
 DATA_DIR = load_settings().paths.data_dir  # the data bundle the settings point at
 FIRST_DAY = date(1940, 1, 1)
 MAX_PAST_DAYS, MAX_FORECAST_DAYS = 92, 16  # the forecast API's limits
 PATHS = ("/v1/archive", "/v1/forecast")
+STATS_PATH = "/stats"  # what it has counted so far, as JSON (for a program that runs it)
 
 # name -> (variable, unit, altitude, aggregation), as Open-Meteo labels its daily variables.
 VARIABLES: dict[str, tuple[int, int, int, int]] = {
@@ -105,7 +107,7 @@ FAULTS = (
     "shift",  # the requested number of days, starting a day late
     "out-of-range",  # a well-formed answer whose first value no variable can take
 )
-# Above every daily variable's physical range (pipeline/weather/store.py): the store rejects
+# Above every daily variable's physical range (deepsummit/weather/store.py): the store rejects
 # the row that carries it, and only that row.
 OUT_OF_RANGE_VALUE = 9_999.0
 DAILY_LIMIT_REASON = "Daily API request limit exceeded. Please try again tomorrow."
@@ -359,6 +361,10 @@ class OpenMeteoServer:
     def _handle(self, handler: BaseHTTPRequestHandler) -> None:
         parsed = urlparse(handler.path)
         raw = parse_qs(parsed.query)
+        if parsed.path == STATS_PATH:  # not a request of the API: not counted
+            with self._lock:
+                counts = {"requests": self.requests, "weighted_calls": self.weighted_calls}
+            return self._send_json(handler, {}, 200, counts)
         with self._lock:
             self.requests += 1
             fault = self._faults.popleft() if self._faults else None
@@ -463,7 +469,8 @@ class OpenMeteoServer:
 
 def main() -> None:
     """Serve until interrupted: `python tests/openmeteo_server.py [--port 8089]` (a forecast for
-    `deepsummit outlook --forecast-url …` without the internet)."""
+    `deepsummit outlook --forecast-url …` without the internet; --port 0 = any free port). The
+    first two lines printed are the archive and forecast URLs; GET /stats returns the counts."""
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("--port", type=int, default=8089)
     args = parser.parse_args()

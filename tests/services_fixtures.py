@@ -18,8 +18,8 @@ from typing import Any
 
 from flows_fixtures import as_environment, isolated_paths
 
-from flows import services
-from pipeline.config import PROJECT_ROOT, Settings, deep_merge, load_settings
+from deepsummit.core.config import PROJECT_ROOT, Settings, deep_merge, load_settings
+from deepsummit.services import supervisor as services
 
 
 def free_port() -> int:
@@ -54,7 +54,7 @@ def deepsummit(overrides: dict[str, Any], *args: str) -> subprocess.CompletedPro
     it: nothing of this test process's Prefect settings leaks in."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "DEEPSUMMIT_"))}
     return subprocess.run(
-        [sys.executable, "-m", "flows.cli", *args],
+        [sys.executable, "-m", "deepsummit.cli.app", *args],
         env={**env, **as_environment(overrides)},
         cwd=PROJECT_ROOT,
         capture_output=True,

@@ -18,11 +18,11 @@ import numpy as np
 import pytest
 from mlflow import MlflowClient
 
-from pipeline.config import Settings, load_settings
-from pipeline.context import RunContext
-from pipeline.features.dataset import FeatureArrays
-from pipeline.features.spec import SPEC_INPUT_SET, WEATHER_CHANNELS, WEATHER_TOKENS
-from pipeline.train.stage import TrainReport, train_and_register
+from deepsummit.contracts.arrays import FeatureArrays
+from deepsummit.core.config import Settings, load_settings
+from deepsummit.core.context import RunContext
+from deepsummit.core.inputs import SPEC_INPUT_SET, WEATHER_CHANNELS, WEATHER_TOKENS
+from deepsummit.train.stage import TrainReport, train_and_register
 
 CARDINALITIES: tuple[int, ...] = (6, 5, 4, 5, 3, 4)
 # What the spec's 20 tokens and these vocabularies fix of the model (Preprocessor.model_dimensions).

@@ -10,8 +10,8 @@ from typing import Any
 import duckdb
 import pytest
 
-from pipeline.config import Settings, load_settings
-from pipeline.warehouse import connect
+from deepsummit.core.config import Settings, load_settings
+from deepsummit.core.warehouse import connect
 
 DATA_DIR = load_settings().paths.data_dir  # the data bundle the settings point at
 

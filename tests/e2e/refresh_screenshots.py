@@ -19,10 +19,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-# Run as a script: find `e2e` in tests/, but the project first, so that tests/model (the model
-# tests) does not hide the model package.
+# Run as a script: find `e2e` in tests/.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from e2e.browser import launch_browser
 from e2e.ui_checks import (
@@ -36,13 +34,18 @@ from e2e.ui_checks import (
 )
 from mlflow import MlflowClient
 
-from flows.prefect_api import PrefectApi
-from flows.runner import progress_key
-from flows.services import prefect_auth_file
-from flows.stages import task_edges
-from flows.summit import DRIFT_ARTIFACT, LINEAGE_ARTIFACT, OUTLOOK_ARTIFACT, SUMMARY_ARTIFACT
-from pipeline.config import load_settings
-from pipeline.serve.outlook import OUTLOOK_CHART_ALT
+from deepsummit.core.config import load_settings
+from deepsummit.flows.runner import progress_key
+from deepsummit.flows.stages import task_edges
+from deepsummit.flows.summit import (
+    DRIFT_ARTIFACT,
+    LINEAGE_ARTIFACT,
+    OUTLOOK_ARTIFACT,
+    SUMMARY_ARTIFACT,
+)
+from deepsummit.serve.outlook import OUTLOOK_CHART_ALT
+from deepsummit.services.prefect_api import PrefectApi
+from deepsummit.services.supervisor import prefect_auth_file
 
 ROOT = Path(__file__).resolve().parents[2]
 

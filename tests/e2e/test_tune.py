@@ -34,9 +34,9 @@ from prefect.client.schemas.filters import (
 from prefect.client.schemas.objects import FlowRun
 from prefect.settings import PREFECT_API_AUTH_STRING, PREFECT_API_URL, temporary_settings
 
-from flows import services
-from pipeline.config import PROJECT_ROOT, Settings, load_settings
-from pipeline.train import tuning
+from deepsummit.core.config import PROJECT_ROOT, Settings, load_settings
+from deepsummit.services import supervisor as services
+from deepsummit.train import tuning
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
 

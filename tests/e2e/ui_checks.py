@@ -31,7 +31,7 @@ from urllib.parse import urlencode
 from e2e.browser import Browser, PageCheckFailed
 from selenium.webdriver.common.by import By
 
-from flows.prefect_api import PrefectApi
+from deepsummit.services.prefect_api import PrefectApi
 
 MATERIALIZED = "prefect.asset.materialization.succeeded"
 MATERIALIZED_TITLE = "Asset Materialization Succeeded"

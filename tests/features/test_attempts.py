@@ -17,8 +17,8 @@ from features_tables import (
     weather_days,
 )
 
-from pipeline.features.attempts import EXCLUSION_REASONS, build_attempts, exclusion_counts
-from pipeline.features.spec import WEATHER_TOKENS
+from deepsummit.core.inputs import WEATHER_TOKENS
+from deepsummit.features.attempts import EXCLUSION_REASONS, build_attempts, exclusion_counts
 
 pytest_plugins = ["features_fixtures"]
 

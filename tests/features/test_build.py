@@ -11,19 +11,14 @@ import polars as pl
 import pytest
 from features_tables import settings_for
 
-from pipeline.context import RunContext
-from pipeline.errors import PipelineError
-from pipeline.features.build import (
-    PREPROCESSING_FILE,
-    FeaturesReport,
-    build_features,
-    load_features,
-    newest_features_dir,
-)
-from pipeline.features.spec import OUTCOME_COLUMNS
-from pipeline.features.tabular import TABULAR_FEATURES
-from pipeline.features.validation import validate_features
-from pipeline.warehouse import frame_digest
+from deepsummit.contracts.snapshot import PREPROCESSING_FILE, load_features, newest_features_dir
+from deepsummit.core.context import RunContext
+from deepsummit.core.errors import PipelineError
+from deepsummit.core.inputs import OUTCOME_COLUMNS
+from deepsummit.core.warehouse import frame_digest
+from deepsummit.features.build import FeaturesReport, build_features
+from deepsummit.features.tabular import TABULAR_FEATURES
+from deepsummit.features.validation import validate_features
 
 pytest_plugins = ["features_fixtures"]
 

@@ -10,9 +10,9 @@ import pytest
 from features_tables import create_contract_tables, expedition, insert, member, peak
 from polars.testing import assert_frame_equal
 
-from pipeline.errors import PipelineError
-from pipeline.features.spec import INPUTS_BY_NAME, OUTCOME_COLUMNS, Known
-from pipeline.features.tabular import (
+from deepsummit.core.errors import PipelineError
+from deepsummit.core.inputs import INPUTS_BY_NAME, OUTCOME_COLUMNS, Known
+from deepsummit.features.tabular import (
     ATTEMPT_INPUT_SCHEMA,
     TABULAR_FEATURES,
     attempt_features,

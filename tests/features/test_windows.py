@@ -13,15 +13,16 @@ import polars as pl
 import pytest
 from features_tables import create_contract_tables, insert
 
-from pipeline.features.spec import (
+from deepsummit.contracts.preprocessing import window_tensors
+from deepsummit.core.inputs import (
     DIRECTION_VARIABLE,
     WEATHER_CHANNELS,
     WEATHER_TOKENS,
     WEATHER_VARIABLES,
     WINDOW_DAYS,
 )
-from pipeline.features.windows import compute_windows, window_days, window_tensors
-from pipeline.warehouse import frame_digest
+from deepsummit.core.warehouse import frame_digest
+from deepsummit.features.windows import compute_windows, window_days
 
 pytest_plugins = ["features_fixtures"]
 

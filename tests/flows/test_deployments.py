@@ -18,7 +18,7 @@ from prefect.utilities.schema_tools import ValidationError, validate
 from prefect.utilities.templating import apply_values, find_placeholders
 from prefect.workers.process import ProcessJobConfiguration
 
-from pipeline.config import PROJECT_ROOT, Settings
+from deepsummit.core.config import PROJECT_ROOT, Settings
 
 DEPLOYMENTS = PROJECT_ROOT / "deployments"
 TEMPLATES = (
@@ -39,7 +39,7 @@ def test_train_runs_the_summit_flow_nightly_one_at_a_time(prefect_yaml: dict) ->
     train = prefect_yaml["train"]
     path, _, name = train["entrypoint"].partition(":")
     assert (PROJECT_ROOT / path).exists()
-    from flows import summit
+    from deepsummit.flows import summit
 
     assert getattr(summit, name).name == "summit"  # `prefect deployment run summit/train`
     assert train["work_pool"]["name"] == Settings().services.work_pool
@@ -107,7 +107,7 @@ def test_kubernetes_template_puts_the_gpu_count_in_resource_limits() -> None:
 
 
 def test_process_template_is_what_the_local_pool_is_created_with() -> None:
-    from flows.services import PROCESS_JOB_TEMPLATE
+    from deepsummit.services.supervisor import PROCESS_JOB_TEMPLATE
 
     assert PROCESS_JOB_TEMPLATE.name in TEMPLATES
 
@@ -260,7 +260,7 @@ def test_gpu_image_puts_the_project_where_the_gpu_deployment_pulls_it(prefect_ya
 
 
 def test_up_applies_each_deployment_on_its_declared_pool() -> None:
-    from flows.services import deployments_by_pool
+    from deepsummit.services.supervisor import deployments_by_pool
 
     pools = deployments_by_pool()
     settings = Settings()

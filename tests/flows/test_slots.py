@@ -20,13 +20,13 @@ from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 from prefect.testing.utilities import prefect_test_harness
 
-from flows.runner import slot
-from flows.summit import STAGE_FLOWS
-from pipeline.config import MlflowConfig
-from pipeline.context import REGISTRY
-from pipeline.features.spec import Known
-from pipeline.train import registry
-from pipeline.train.registry import Candidate, gate
+from deepsummit.core.config import MlflowConfig
+from deepsummit.core.context import REGISTRY
+from deepsummit.core.inputs import Known
+from deepsummit.flows.runner import slot
+from deepsummit.flows.summit import STAGE_FLOWS
+from deepsummit.train import registry
+from deepsummit.train.registry import Candidate, gate
 
 
 @pytest.fixture(scope="module")

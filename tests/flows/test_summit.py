@@ -31,10 +31,13 @@ from prefect.states import Failed
 from prefect.testing.utilities import prefect_test_harness
 from weather_fixtures import load_mini_tables
 
-from flows.resources import RESOURCES, source_asset
-from flows.runner import _retry_options, cache_inputs, progress_key
-from flows.stages import CHAIN, STAGES, WEATHER, Retry, task_edges
-from flows.summit import (
+from deepsummit.core.config import Settings, load_settings
+from deepsummit.core.errors import PipelineError, QuotaExhausted
+from deepsummit.core.warehouse import connect
+from deepsummit.flows.resources import RESOURCES, source_asset
+from deepsummit.flows.runner import _retry_options, cache_inputs, progress_key
+from deepsummit.flows.stages import CHAIN, STAGES, WEATHER, Retry, task_edges
+from deepsummit.flows.summit import (
     DRIFT_ARTIFACT,
     LINEAGE_ARTIFACT,
     OUTLOOK_ARTIFACT,
@@ -44,11 +47,8 @@ from flows.summit import (
     stage_flow,
     summit,
 )
-from pipeline.config import Settings, load_settings
-from pipeline.errors import PipelineError, QuotaExhausted
-from pipeline.warehouse import connect
 
-STAGES_RUN = ("ingest", "weather", "features", "train", "model_version")
+STAGES_RUN = ("ingest", "weather", "features", "train", "model_version", "drift")
 
 
 # Module scope: torn down right after these tests (at the end of a whole session, the harness's
@@ -68,12 +68,26 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any],
     return overrides, load_settings("tiny", overrides)
 
 
+def promote_a_copy_of_the_champion(settings: Settings) -> str:
+    """A new version of the champion's files, made champion by hand (as a person may): the same
+    model, a new version number."""
+    client = MlflowClient(settings.mlflow.tracking_uri)
+    name = settings.mlflow.registered_model
+    champion = client.get_model_version_by_alias(name, "champion")
+    copy = client.create_model_version(name, champion.source, champion.run_id, champion.tags)
+    client.set_registered_model_alias(name, "champion", copy.version)
+    return str(copy.version)
+
+
 @pytest.fixture(scope="module")
 def runs(harness: None, workspace) -> list[Any]:
     """The final states of three summit runs with the same inputs: the first registers the
-    first champion, so the second compares the newest season with it."""
-    overrides, _ = workspace
-    return [summit(profile="tiny", overrides=overrides, return_state=True) for _ in range(3)]
+    first champion; before the second, another version becomes champion; the third changes
+    nothing."""
+    overrides, settings = workspace
+    first = summit(profile="tiny", overrides=overrides, return_state=True)
+    promote_a_copy_of_the_champion(settings)
+    return [first, *(summit(profile="tiny", overrides=overrides, return_state=True) for _ in "23")]
 
 
 def _task_runs(flow_run_id: Any) -> dict[str, Any]:
@@ -115,8 +129,8 @@ def test_the_chain_completes_and_registers_a_champion(runs, workspace) -> None:
     assert first.is_completed(), first.message
     summary = first.result()
     client = MlflowClient(tracking_uri=settings.mlflow.tracking_uri)
-    champion = client.get_model_version_by_alias(settings.mlflow.registered_model, "champion")
-    assert str(champion.version) == summary["model_version"]
+    version = client.get_model_version(settings.mlflow.registered_model, summary["model_version"])
+    assert version.tags["champion_decision"] == "promoted"  # (another is champion by now)
     assert summary["champion"] is True
     assert Path(summary["run_dir"], "summary.json").exists()
     assert Path(summary["data_docs"]).exists()
@@ -162,6 +176,7 @@ def test_each_stage_waits_for_the_stages_that_write_its_inputs(runs) -> None:
     assert parents("features") == {"ingest", "weather"}
     assert parents("train") == {"features"}
     assert parents("model_version") == {"train"}
+    assert parents("drift") == {"features", "model_version"}
     assert {(p, n) for n in task_runs for p in parents(n)} == task_edges()  # as declared
 
 
@@ -223,7 +238,10 @@ def test_the_outlook_materialises_from_the_champion_and_the_forecast(
     report = state.result()
     flow_run_id = state.state_details.flow_run_id
     assert [p.peakid for p in report.peaks] == ["ANN1", "KANG"]
-    assert report.model_version == runs[0].result()["model_version"]
+    champion = MlflowClient(settings.mlflow.tracking_uri).get_model_version_by_alias(
+        "deepsummit", "champion"
+    )
+    assert report.model_version == str(champion.version)
     events = _materialisations(flow_run_id, expected=2)
     outlooks, forecast = key(settings, "outlooks"), key(settings, "forecast_weather")
     model = key(settings, "champion_model")
@@ -254,20 +272,26 @@ def test_an_unchanged_rerun_reuses_every_stage(runs) -> None:
     assert third.result()["model_version"] == first.result()["model_version"]
 
 
-def test_a_new_champion_renews_the_drift_report_and_nothing_else(runs) -> None:
-    """The first run made the first champion: the second compares the newest season with it
-    (the features stage reads the champion's drift reference), and its unchanged snapshot
-    keeps the train stage cached."""
+def test_a_new_champion_renews_the_drift_report_and_nothing_else(runs, workspace) -> None:
+    """The first run compares the newest season with the champion it made; another version
+    became champion before the second run, which renews the drift report (the drift stage
+    reads the champion) while every other stage stays cached."""
     first, second, _ = runs
+    _, settings = workspace
     states = _task_states_by_name(second.state_details.flow_run_id)
-    assert states == {**dict.fromkeys(STAGES_RUN, "Cached"), "features": "Completed"}
+    assert states == {**dict.fromkeys(STAGES_RUN, "Cached"), "drift": "Completed"}
     drift = {
         run.state_details.flow_run_id: _artifacts(run.state_details.flow_run_id)[DRIFT_ARTIFACT]
         for run in (first, second)
     }
-    assert "no champion" in drift[first.state_details.flow_run_id].data
-    version = first.result()["model_version"]
-    assert f"champion v{version}" in drift[second.state_details.flow_run_id].data
+    version = int(first.result()["model_version"])
+    assert f"champion v{version}" in drift[first.state_details.flow_run_id].data
+    assert f"champion v{version + 1}" in drift[second.state_details.flow_run_id].data
+    reports = sorted(p.name for p in (settings.paths.var_dir / "drift").glob("*.json"))
+    assert [name.rsplit("-", 1)[1] for name in reports] == [
+        f"v{version}.json",
+        f"v{version + 1}.json",
+    ]
 
 
 def test_a_changed_input_table_invalidates_the_stage_that_reads_it(runs, workspace) -> None:

@@ -1,5 +1,5 @@
-"""flows/tune.py without a server: how a trial's flow run that delivered no result is described
-(the reason the study records for the failed trial)."""
+"""deepsummit/flows/tune.py without a server: how a trial's flow run that delivered no result is
+described (the reason the study records for the failed trial)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from uuid import uuid4
 from prefect.client.schemas.objects import FlowRun
 from prefect.states import Completed, Crashed, Running
 
-from flows.tune import _failure
+from deepsummit.flows.tune import _failure
 
 
 def _run(state) -> FlowRun:

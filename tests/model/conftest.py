@@ -7,7 +7,7 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from model import ModelConfig
+from deepsummit.model.config import ModelConfig
 
 Batch = dict[str, torch.Tensor]
 

@@ -2,7 +2,7 @@ import math
 
 import torch
 
-from model.attention import MultiHeadAttention
+from deepsummit.model.attention import MultiHeadAttention
 
 
 def make_attention(seed: int = 0) -> MultiHeadAttention:

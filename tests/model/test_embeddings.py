@@ -2,7 +2,7 @@ import math
 
 import torch
 
-from model.embeddings import ModalityEmbedding, Time2Vec, modality_ids
+from deepsummit.model.embeddings import ModalityEmbedding, Time2Vec, modality_ids
 
 
 def test_time2vec_values_linear_first_then_periodic():

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from model.encoder import TransformerBlock, TransformerEncoder
+from deepsummit.model.encoder import TransformerBlock, TransformerEncoder
 
 
 def test_block_is_pre_norm_residual(small_config):

@@ -1,7 +1,7 @@
 import torch
 
-from model import ModelConfig
-from model.ffn import SwiGLU
+from deepsummit.model.config import ModelConfig
+from deepsummit.model.ffn import SwiGLU
 
 
 def test_swiglu_matches_formula_by_hand():

@@ -1,7 +1,7 @@
 import torch
 import torch.nn.functional as F
 
-from model.head import ClassificationHead
+from deepsummit.model.head import ClassificationHead
 
 
 def test_head_reads_cls_only_and_returns_logits():

@@ -1,6 +1,6 @@
 import torch
 
-from model.normalization import RMSNorm
+from deepsummit.model.normalization import RMSNorm
 
 
 def test_rmsnorm_matches_formula_by_hand():

@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from model.regularization import DropPath, drop_path_schedule
+from deepsummit.model.regularization import DropPath, drop_path_schedule
 
 
 def test_linear_schedule_as_in_spec():

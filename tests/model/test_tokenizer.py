@@ -1,6 +1,6 @@
 import torch
 
-from model.tokenizer import TabularTokenizer, WeatherTokenizer
+from deepsummit.model.tokenizer import TabularTokenizer, WeatherTokenizer
 
 TABULAR_KEYS = ("numeric", "numeric_missing", "categorical", "binary", "binary_missing")
 WEATHER_KEYS = ("weather", "weather_missing", "days_before", "day_of_year")

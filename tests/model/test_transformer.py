@@ -4,7 +4,9 @@ import json
 import pytest
 import torch
 
-from model import DeepSummitTransformer, ModelConfig, parameter_breakdown
+from deepsummit.model.config import ModelConfig
+from deepsummit.model.summary import parameter_breakdown
+from deepsummit.model.transformer import DeepSummitTransformer
 
 
 def test_logits_and_intermediate_shapes(small_config, make_batch):

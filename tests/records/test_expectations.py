@@ -8,7 +8,11 @@ from pathlib import Path
 import great_expectations as gx
 import polars as pl
 
-from pipeline.records.expectations import clean_table_expectations, validate_frame, validate_frames
+from deepsummit.records.expectations import (
+    clean_table_expectations,
+    validate_frame,
+    validate_frames,
+)
 
 
 def test_failing_and_passing_expectations_are_reported(tmp_path: Path) -> None:

@@ -29,11 +29,11 @@ from ingest_fixtures import (
     write_sources,
 )
 
-from pipeline import warehouse
-from pipeline.config import Settings, load_settings
-from pipeline.context import RunContext
-from pipeline.errors import PipelineError, SourceUnreadable
-from pipeline.records.ingest import IngestReport, ingest_records
+from deepsummit.core import warehouse
+from deepsummit.core.config import Settings, load_settings
+from deepsummit.core.context import RunContext
+from deepsummit.core.errors import PipelineError, SourceUnreadable
+from deepsummit.records.ingest import IngestReport, ingest_records
 
 
 def overrides_for(tmp_path: Path, ingest: dict[str, Any] | None = None, **sources: str) -> dict:

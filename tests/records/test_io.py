@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from ingest_fixtures import http_folder  # noqa: F401 (fixture)
 
-from pipeline.errors import SourceUnreadable
-from pipeline.records.io import read_bytes
+from deepsummit.core.errors import SourceUnreadable
+from deepsummit.records.io import read_bytes
 
 TEXT = b"peakid,pkname\nEVER,Everest\n"
 

@@ -19,8 +19,8 @@ from ingest_fixtures import (
     hdb_csv,
 )
 
-from pipeline.errors import SourceUnreadable
-from pipeline.records import loaders as records
+from deepsummit.core.errors import SourceUnreadable
+from deepsummit.records import loaders as records
 
 PEAKS_HEADER = "peakid,pkname,heightm,himal,location,latitude,longitude,coord_source\n"
 
@@ -32,7 +32,9 @@ def write(tmp_path: Path, name: str, data: bytes) -> str:
 
 
 def test_bundle_peaks_read_as_strings_with_empty_coord_source_named(tmp_path: Path) -> None:
-    raw = records.load_peaks(write(tmp_path, "peaks.csv", bundle_head("peaks.csv", 462)))
+    raw = records.load_source(
+        write(tmp_path, "peaks.csv", bundle_head("peaks.csv", 462)), records.PEAKS
+    )
     assert raw.rows_read == 462 and raw.bad_lines.is_empty()
     assert set(raw.rows.schema.values()) == {pl.String, pl.Int64}  # _row is the only number
     mapped = raw.mapped()
@@ -43,7 +45,7 @@ def test_bundle_peaks_read_as_strings_with_empty_coord_source_named(tmp_path: Pa
 
 def test_tidytuesday_members_map_to_clean_names(tmp_path: Path) -> None:
     location = write(tmp_path, "m.csv.gz", gzip.compress(bundle_head("members.csv.gz", 3)))
-    mapped = records.load_members(location).mapped()
+    mapped = records.load_source(location, records.MEMBERS).mapped()
     assert mapped["member_id"].to_list() == ["AMAD78301-01", "AMAD78301-02", "AMAD78301-03"]
     assert "peak_name" not in mapped.columns and mapped["peakid"][0] == "AMAD"
     assert mapped["highpoint_metres"][0] is None  # "NA" is missing
@@ -58,7 +60,7 @@ def test_malformed_line_is_a_bad_line_and_parsing_resumes(tmp_path: Path) -> Non
         'LHOT,"Lhotse,8516,12,Khumbu,27.9617,86.9333,published\n'  # quote never closed
         "MAKA,Makalu,8485,14,Makalu,27.8897,87.0887,published\n"
     )
-    raw = records.load_peaks(write(tmp_path, "peaks.csv", text.encode()))
+    raw = records.load_source(write(tmp_path, "peaks.csv", text.encode()), records.PEAKS)
     assert raw.rows["peakid"].to_list() == ["EVER", "MAKA"]  # the unclosed quote ate nothing
     assert raw.bad_lines["row_number"].to_list() == [2, 3]
     assert raw.bad_lines["reason"].str.starts_with("malformed CSV").all()
@@ -68,7 +70,7 @@ def test_malformed_line_is_a_bad_line_and_parsing_resumes(tmp_path: Path) -> Non
 
 def test_wrong_column_count_is_a_bad_line(tmp_path: Path) -> None:
     text = PEAKS_HEADER + "EVER,Everest,8849\nMAKA,Makalu,8485,14,Makalu,27.9,87.1,published\n"
-    raw = records.load_peaks(write(tmp_path, "peaks.csv", text.encode()))
+    raw = records.load_source(write(tmp_path, "peaks.csv", text.encode()), records.PEAKS)
     assert raw.bad_lines.row(0) == (
         1,
         "EVER,Everest,8849",
@@ -82,7 +84,7 @@ def test_non_utf8_bytes_cost_their_line_only(tmp_path: Path) -> None:
         b"KANG,Kangchenjunga,8586,9,Kangchenjunga,27.7,88.1,published\n"
         b"CHOY,Cho \xff\xfeOyu,8188,10,Khumbu,28.09,86.66,published\n"
     )
-    raw = records.load_peaks(write(tmp_path, "peaks.csv", data))
+    raw = records.load_source(write(tmp_path, "peaks.csv", data), records.PEAKS)
     assert raw.rows["peakid"].to_list() == ["KANG"]
     assert raw.bad_lines["reason"].to_list() == ["non-UTF-8 bytes in the line"]
     assert "\ufffd" in raw.bad_lines["record"][0]  # stored as valid text, bytes marked
@@ -90,25 +92,25 @@ def test_non_utf8_bytes_cost_their_line_only(tmp_path: Path) -> None:
 
 def test_blank_lines_are_not_rows_and_row_numbers_follow_lines(tmp_path: Path) -> None:
     text = PEAKS_HEADER + "\nEVER,Everest,8849,12,Khumbu,27.9881,86.925,published\n\n"
-    raw = records.load_peaks(write(tmp_path, "peaks.csv", text.encode()))
+    raw = records.load_source(write(tmp_path, "peaks.csv", text.encode()), records.PEAKS)
     assert raw.rows_read == 1 and raw.rows["_row"].to_list() == [2]
 
 
 @pytest.mark.parametrize("content", [b"", b"\n \n"])
 def test_empty_file_is_unreadable(tmp_path: Path, content: bytes) -> None:
     with pytest.raises(SourceUnreadable, match=r"peaks\.csv: empty file"):
-        records.load_peaks(write(tmp_path, "peaks.csv", content))
+        records.load_source(write(tmp_path, "peaks.csv", content), records.PEAKS)
 
 
 def test_missing_required_column_names_file_and_column(tmp_path: Path) -> None:
     text = bundle_head("members.csv.gz", 2).decode().replace("citizenship", "nationality")
     with pytest.raises(SourceUnreadable) as error:
-        records.load_members(write(tmp_path, "members.csv", text.encode()))
+        records.load_source(write(tmp_path, "members.csv", text.encode()), records.MEMBERS)
     assert str(error.value).endswith("members.csv: missing required column citizenship")
 
 
 def test_header_only_file_reads_zero_rows(tmp_path: Path) -> None:
-    raw = records.load_peaks(write(tmp_path, "peaks.csv", PEAKS_HEADER.encode()))
+    raw = records.load_source(write(tmp_path, "peaks.csv", PEAKS_HEADER.encode()), records.PEAKS)
     assert raw.rows_read == 0 and list(raw.mapped().columns)[-1] == "source"
 
 
@@ -118,7 +120,7 @@ def hdb_members(tmp_path: Path, as_dbf: bool) -> pl.DataFrame:
         if as_dbf
         else ("members.csv", hdb_csv(HDB_MEMBER_FIELDS, HDB_MEMBERS))
     )
-    raw = records.load_hdb(write(tmp_path, name, data), records.HDB_MEMBERS)
+    raw = records.load_source(write(tmp_path, name, data), records.HDB_MEMBERS)
     assert raw.rows_read == len(HDB_MEMBERS) and raw.bad_lines.is_empty()
     return raw.mapped().drop("source")
 
@@ -151,7 +153,7 @@ def test_hdb_dbf_and_csv_give_the_same_rows(tmp_path: Path) -> None:
 
 def test_hdb_folder_finds_its_tables(tmp_path: Path) -> None:
     write(tmp_path, "EXPED.DBF", dbf_bytes(HDB_EXPEDITION_FIELDS, HDB_EXPEDITIONS))
-    mapped = records.load_hdb(str(tmp_path), records.HDB_EXPEDITIONS).mapped()
+    mapped = records.load_source(str(tmp_path), records.HDB_EXPEDITIONS).mapped()
     assert mapped.select("expid", "season", "smtdate", "success", "style").rows() == [
         ("EVER19101", "Spring", "2019-05-23", "True", None),
         ("AMAD19301", "Autumn", "2019-11-02", "True", "solo"),
@@ -161,7 +163,7 @@ def test_hdb_folder_finds_its_tables(tmp_path: Path) -> None:
 
 def test_dbf_is_recognised_without_its_suffix(tmp_path: Path) -> None:
     location = write(tmp_path, "export.bin", dbf_bytes(HDB_MEMBER_FIELDS, HDB_MEMBERS))
-    assert records.load_hdb(location, records.HDB_MEMBERS).rows_read == len(HDB_MEMBERS)
+    assert records.load_source(location, records.HDB_MEMBERS).rows_read == len(HDB_MEMBERS)
 
 
 def test_hdb_missing_column_names_the_column(tmp_path: Path) -> None:
@@ -172,7 +174,7 @@ def test_hdb_missing_column_names_the_column(tmp_path: Path) -> None:
     ]
     location = write(tmp_path, "members.csv", csv_bytes([f[0] for f in fields], rows))
     with pytest.raises(SourceUnreadable, match=r"members\.csv: missing required column MSUCCESS"):
-        records.load_hdb(location, records.HDB_MEMBERS)
+        records.load_source(location, records.HDB_MEMBERS)
 
 
 def test_normalise_name_folds_accents_case_and_spacing() -> None:

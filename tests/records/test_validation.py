@@ -5,7 +5,7 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from pipeline.records.validation import MODELS, columns_of, validate_table
+from deepsummit.records.validation import MODELS, columns_of, validate_table
 
 GOOD_MEMBER = {
     "expedition_id": "EVER19101",

@@ -26,8 +26,8 @@ from training_fixtures import (
     trained_registry_fixture,  # noqa: F401 (the fixture)
 )
 
-from pipeline.features.build import PLANNED_TEST_FILE
-from pipeline.serve.planned import KEY_COLUMNS
+from deepsummit.contracts.snapshot import PLANNED_TEST_FILE
+from deepsummit.core.planned import KEY_COLUMNS
 
 pytest_plugins = ["features_fixtures"]
 

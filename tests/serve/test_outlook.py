@@ -20,13 +20,14 @@ from training_fixtures import (
     trained_registry_fixture,  # noqa: F401 (the fixture)
 )
 
-from pipeline.config import Settings, load_settings
-from pipeline.context import RunContext
-from pipeline.errors import PipelineError
-from pipeline.serve.outlook import TEAM, plan_outlook, read_team, today
-from pipeline.serve.predict import PlannedAttempt, daily_weather
-from pipeline.warehouse import connect
-from pipeline.weather.forecast import load_forecast
+from deepsummit.core.config import Settings, load_settings
+from deepsummit.core.context import RunContext
+from deepsummit.core.errors import PipelineError
+from deepsummit.core.planned import planned_record
+from deepsummit.core.warehouse import connect
+from deepsummit.serve.outlook import TEAM, plan_outlook, read_team, today
+from deepsummit.serve.predict import daily_weather
+from deepsummit.weather.forecast import load_forecast
 
 pytest_plugins = ["features_fixtures"]
 
@@ -99,13 +100,16 @@ def test_each_probability_is_the_registered_model_s_answer_for_that_planned_atte
     rows = []
     with connect(settings.paths.warehouse, read_only=True) as con:
         for day in checked:
-            attempt = PlannedAttempt(
-                peak="EVER", push_date=day.day, age=member.age, sex=member.sex,
-                nationality=member.nationality, role=member.role, hired=member.hired,
-                team_size=12,
-            )  # fmt: skip
-            weather = daily_weather(con, "EVER", day.day, peak.weather_source)
-            rows.append({**attempt.record(), "weather_source": peak.weather_source, **weather})
+            attempt = planned_record(
+                {
+                    "peak": "EVER",
+                    "push_date": day.day,
+                    **member.model_dump(exclude={"name"}, exclude_none=True),
+                    "team_size": 12,
+                    "weather_source": peak.weather_source,
+                }
+            )
+            rows.append({**attempt, **daily_weather(con, "EVER", day.day, peak.weather_source)})
     mlflow.set_tracking_uri(settings.mlflow.tracking_uri)
     model = mlflow.pyfunc.load_model("models:/deepsummit@champion")
     answers = model.predict(pd.DataFrame(rows).drop(columns=["climber_id", "season"]))
@@ -114,7 +118,7 @@ def test_each_probability_is_the_registered_model_s_answer_for_that_planned_atte
     np.testing.assert_allclose(
         answers[["probability", "probability_low", "probability_high"]].to_numpy(dtype=float),
         np.array(expected),
-        atol=1e-9,
+        atol=1e-6,  # float32 scores: another batch composition moves the last bits
     )
 
 

@@ -19,12 +19,12 @@ from training_fixtures import (
     trained_registry_fixture,  # noqa: F401 (the fixture)
 )
 
-from pipeline.errors import PipelineError
-from pipeline.features.build import PLANNED_TEST_FILE
-from pipeline.serve.planned import KEY_COLUMNS
-from pipeline.serve.predict import PlannedAttempt, predict_attempt
-from pipeline.serve.scoring import weather_token_names
-from pipeline.train.artifact import load_tensors
+from deepsummit.contracts.artifact import load_tensors
+from deepsummit.contracts.snapshot import PLANNED_TEST_FILE
+from deepsummit.core.errors import PipelineError
+from deepsummit.core.planned import KEY_COLUMNS, planned_record, season_of
+from deepsummit.serve.predict import predict_attempt
+from deepsummit.serve.scoring import weather_token_names
 
 pytest_plugins = ["features_fixtures"]
 
@@ -89,7 +89,7 @@ def predict_settings(trained_registry: TrainedRegistry, bundle_features):
     return trained_registry.settings.model_copy(update={"paths": features_settings.paths})
 
 
-def everest(**changes: object) -> PlannedAttempt:
+def everest(**changes: object) -> dict[str, object]:
     attempt = dict(
         peak="EVER",
         push_date=dt.date(2019, 5, 20),
@@ -104,14 +104,14 @@ def everest(**changes: object) -> PlannedAttempt:
         style="Standard",
         agency="Nobody Ever Heard Of Us",
     )
-    return PlannedAttempt(**{**attempt, **changes})
+    return {**attempt, **changes}
 
 
 def test_a_planned_attempt_gets_a_probability_its_band_and_named_tokens(predict_settings):
     prediction = predict_attempt(predict_settings, everest())
     assert prediction.low <= prediction.probability <= prediction.high
     assert 0.0 < prediction.probability < 1.0
-    assert prediction.attempt.season_name == "Spring"
+    assert season_of(prediction.attempt) == "Spring"
     tokens = [token for token in prediction.top_tokens.split(";") if token.strip()]
     assert len(tokens) == 5
     assert (
@@ -128,12 +128,12 @@ def test_predict_is_the_registered_model_s_own_answer(predict_settings, trained_
     same request, the model gives the same number."""
     planned = everest(agency=None)
     prediction = predict_attempt(predict_settings, planned)
-    from pipeline.serve.predict import daily_weather
-    from pipeline.warehouse import connect
+    from deepsummit.core.warehouse import connect
+    from deepsummit.serve.predict import daily_weather
 
     with connect(predict_settings.paths.warehouse, read_only=True) as con:
-        weather = daily_weather(con, "EVER", planned.push_date, "archive")
-    request = {**planned.record(), **weather}
+        weather = daily_weather(con, "EVER", planned["push_date"], "archive")
+    request = {**planned_record(planned), **weather}
     mlflow.set_tracking_uri(trained_registry.settings.mlflow.tracking_uri)
     direct = mlflow.pyfunc.load_model("models:/deepsummit/1").predict(
         pl.DataFrame([request]).to_pandas()

@@ -10,21 +10,21 @@ import polars as pl
 import pytest
 import torch
 
-from model import DeepSummitTransformer
-from pipeline.config import ModelHyperparameters
-from pipeline.features.build import (
+from deepsummit.contracts.arrays import predict_logits
+from deepsummit.contracts.artifact import ModelArtifact
+from deepsummit.contracts.calibration import Calibrator
+from deepsummit.contracts.drift import DistributionProfile
+from deepsummit.contracts.snapshot import (
     DRIFT_PROFILE_FILE,
     PLANNED_TEST_FILE,
     load_features,
     load_history,
 )
-from pipeline.features.drift import DistributionProfile
-from pipeline.features.spec import WEATHER_VARIABLES
-from pipeline.serve.planned import KEY_COLUMNS
-from pipeline.serve.scoring import score
-from pipeline.train.artifact import ModelArtifact
-from pipeline.train.calibration import Calibrator
-from pipeline.train.trainer import model_config, predict_logits
+from deepsummit.core.inputs import WEATHER_VARIABLES
+from deepsummit.core.planned import KEY_COLUMNS
+from deepsummit.model.config import ModelConfig
+from deepsummit.model.transformer import DeepSummitTransformer
+from deepsummit.serve.scoring import score
 
 pytest_plugins = ["features_fixtures"]
 
@@ -35,9 +35,8 @@ def served(bundle_features):
     bundle's real features snapshot, and that snapshot's arrays and planned test rows."""
     _, report, _ = bundle_features
     arrays, preprocessor = load_features(report.directory)
-    config = model_config(
-        ModelHyperparameters(hidden_size=16, num_layers=1, num_heads=2),
-        preprocessor.model_dimensions(),
+    config = ModelConfig(hidden_size=16, num_layers=1, num_heads=2).with_inputs(
+        preprocessor.model_dimensions()
     )
     networks = []
     for seed in (1, 2):

@@ -7,7 +7,7 @@ from sklearn.metrics import roc_auc_score
 from sklearn.preprocessing import OneHotEncoder
 from training_fixtures import CARDINALITIES, synthetic_arrays
 
-from pipeline.train.baselines import linear_matrix, run_baselines, tree_matrix
+from deepsummit.train.baselines import linear_matrix, run_baselines, tree_matrix
 
 
 def test_design_matrices_carry_every_input_and_mark_missing_values() -> None:

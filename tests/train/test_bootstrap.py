@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from pipeline.train.bootstrap import (
+from deepsummit.train.bootstrap import (
     metric_intervals,
     paired_auc_difference,
     replicate_weights,
@@ -15,7 +15,7 @@ from pipeline.train.bootstrap import (
     weighted_brier,
     weighted_ece,
 )
-from pipeline.train.evaluation import expected_calibration_error
+from deepsummit.train.evaluation import expected_calibration_error
 
 
 @pytest.fixture(scope="module")

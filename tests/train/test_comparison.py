@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.train.comparison import SeedSpread
+from deepsummit.train.comparison import SeedSpread
 
 
 def test_three_seeds_report_their_mean_and_sample_deviation_and_the_best_on_validation() -> None:

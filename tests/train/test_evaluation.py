@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.train.evaluation import (
+from deepsummit.train.evaluation import (
     auc_by_group,
     compute_metrics,
     expected_calibration_error,
@@ -16,7 +16,7 @@ from pipeline.train.evaluation import (
     plot_learning_curve,
     plot_roc,
 )
-from pipeline.train.trainer import EpochRecord
+from deepsummit.train.trainer import EpochRecord
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

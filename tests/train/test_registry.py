@@ -19,19 +19,12 @@ from training_fixtures import (
     trained_registry_fixture,  # noqa: F401 (the fixture)
 )
 
-from pipeline.features.build import PLANNED_TEST_FILE
-from pipeline.features.spec import Known
-from pipeline.serve.planned import KEY_COLUMNS
-from pipeline.train.artifact import ModelArtifact
-from pipeline.train.registry import (
-    TAG_KNOWN_BY,
-    Candidate,
-    ModelFilesChanged,
-    decide,
-    gate,
-    load_verified,
-    log_and_register,
-)
+from deepsummit.contracts.artifact import ModelArtifact
+from deepsummit.contracts.champion import TAG_KNOWN_BY, ModelFilesChanged, load_verified
+from deepsummit.contracts.snapshot import PLANNED_TEST_FILE
+from deepsummit.core.inputs import Known
+from deepsummit.core.planned import KEY_COLUMNS
+from deepsummit.train.registry import Candidate, decide, gate, log_and_register
 
 pytest_plugins = ["features_fixtures"]
 

@@ -1,4 +1,4 @@
-"""pipeline/tuning.py against real SQLite studies and a real MLflow SQLite store: the search
+"""deepsummit/train/tuning.py against real SQLite studies and a real MLflow SQLite store: the search
 space, resuming a study, the pruning callback, one trial end to end, settling failed trials and
 the tuned profile that load_settings reads back."""
 
@@ -14,10 +14,10 @@ from mlflow import MlflowClient
 from optuna.distributions import CategoricalDistribution, FloatDistribution
 from optuna.trial import TrialState
 
-from pipeline.config import Settings, load_settings
-from pipeline.errors import PipelineError
-from pipeline.train import tuning
-from pipeline.train.trainer import EpochRecord
+from deepsummit.core.config import Settings, load_settings
+from deepsummit.core.errors import PipelineError
+from deepsummit.train import tuning
+from deepsummit.train.trainer import EpochRecord
 
 TINY_SPACE = {"hidden_size": [16, 32], "num_layers": [1], "num_heads": [2], "batch_size": [64]}
 

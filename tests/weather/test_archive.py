@@ -9,11 +9,11 @@ import polars as pl
 import pytest
 from weather_fixtures import DATA_DIR, load_bundle_tables, weather_settings
 
-from pipeline.context import RunContext
-from pipeline.errors import SourceUnreadable
-from pipeline.warehouse import connect
-from pipeline.weather import load_weather
-from pipeline.weather.archive import read_archive
+from deepsummit.core.context import RunContext
+from deepsummit.core.errors import SourceUnreadable
+from deepsummit.core.warehouse import connect
+from deepsummit.weather import load_weather
+from deepsummit.weather.archive import read_archive
 
 # data/README.md section 4: rows per peak (EVER and MAKA each miss 1,826 days).
 README_ROWS = {

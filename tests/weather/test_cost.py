@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.config import RateLimits
-from pipeline.errors import QuotaExhausted
-from pipeline.weather.cost import RateLimiter, max_days_for, weighted_calls
+from deepsummit.core.config import RateLimits
+from deepsummit.core.errors import QuotaExhausted
+from deepsummit.weather.cost import RateLimiter, max_days_for, weighted_calls
 
 
 def test_weight_of_a_90_day_window_with_15_variables() -> None:

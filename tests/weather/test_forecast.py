@@ -13,11 +13,11 @@ import pytest
 from openmeteo_server import OpenMeteoServer, open_meteo_weight
 from weather_fixtures import load_mini_tables, weather_settings
 
-from pipeline.config import Settings, load_settings
-from pipeline.context import RunContext
-from pipeline.errors import PipelineError, QuotaExhausted
-from pipeline.warehouse import connect
-from pipeline.weather.forecast import ISSUE_FORMAT, issued_at, load_forecast, newest_forecast
+from deepsummit.core.config import Settings, load_settings
+from deepsummit.core.context import RunContext
+from deepsummit.core.errors import PipelineError, QuotaExhausted
+from deepsummit.core.warehouse import connect
+from deepsummit.weather.forecast import ISSUE_FORMAT, issued_at, load_forecast, newest_forecast
 
 PEAKS = ["EVER", "MANA"]
 

@@ -6,9 +6,9 @@ from datetime import date, timedelta
 
 from weather_fixtures import load_mini_tables, mini_warehouse  # noqa: F401 (fixture)
 
-from pipeline.config import Settings
-from pipeline.warehouse import connect
-from pipeline.weather import needs, store
+from deepsummit.core.config import Settings
+from deepsummit.core.warehouse import connect
+from deepsummit.weather import needs, store
 
 
 def spans_of(settings: Settings) -> list[tuple[str, date, date]]:

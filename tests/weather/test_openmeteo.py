@@ -14,15 +14,15 @@ import requests_cache
 from openmeteo_server import OpenMeteoServer, open_meteo_weight
 from weather_fixtures import DATA_DIR, load_mini_tables, weather_settings
 
-from pipeline.config import Settings
-from pipeline.context import RunContext
-from pipeline.errors import QuotaExhausted
-from pipeline.features.spec import WEATHER_VARIABLES
-from pipeline.warehouse import connect
-from pipeline.weather import load_weather
-from pipeline.weather.cost import DAY_S, RateLimiter
-from pipeline.weather.openmeteo import OpenMeteoSource, response_frame
-from pipeline.weather.plan import Location, PlannedRequest
+from deepsummit.core.config import Settings
+from deepsummit.core.context import RunContext
+from deepsummit.core.errors import QuotaExhausted
+from deepsummit.core.inputs import WEATHER_VARIABLES
+from deepsummit.core.warehouse import connect
+from deepsummit.weather import load_weather
+from deepsummit.weather.cost import DAY_S, RateLimiter
+from deepsummit.weather.openmeteo import OpenMeteoSource, response_frame
+from deepsummit.weather.plan import Location, PlannedRequest
 
 # The mini attempts need EVER 1940-01-01..02-10 (41 days), EVER 2018 (90), LHOT 2019 (90) and
 # EVER 2019 (93): four requests, in that order.

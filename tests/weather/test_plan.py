@@ -7,10 +7,10 @@ from itertools import pairwise
 
 import polars as pl
 
-from pipeline.config import load_settings
-from pipeline.features.spec import WEATHER_VARIABLES
-from pipeline.weather.cost import weighted_calls
-from pipeline.weather.plan import plan_requests
+from deepsummit.core.config import load_settings
+from deepsummit.core.inputs import WEATHER_VARIABLES
+from deepsummit.weather.cost import weighted_calls
+from deepsummit.weather.plan import plan_requests
 
 
 def spans(*rows: tuple[str, date, date]) -> pl.DataFrame:

@@ -9,8 +9,8 @@ import duckdb
 import polars as pl
 import pytest
 
-from pipeline.features.spec import WEATHER_VARIABLES
-from pipeline.weather import store
+from deepsummit.core.inputs import WEATHER_VARIABLES
+from deepsummit.weather import store
 
 
 def batch(days: int = 5, request_id: str = "r1", start: date = date(2019, 5, 1)) -> pl.DataFrame:

@@ -1,1 +1,0 @@
-"""Prefect flows and tasks: thin wrappers over `pipeline/`."""

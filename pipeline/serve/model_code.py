@@ -1,8 +1,0 @@
-"""The file MLflow runs to build the registered pyfunc ("models from code"): loading a model
-imports `pipeline.serve.pyfunc` instead of unpickling a Python object."""
-
-from mlflow.models import set_model
-
-from pipeline.serve.pyfunc import DeepSummitModel
-
-set_model(DeepSummitModel())

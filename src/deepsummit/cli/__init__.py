@@ -1,0 +1,1 @@
+"""The `deepsummit` command line."""

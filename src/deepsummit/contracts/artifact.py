@@ -1,0 +1,136 @@
+"""The model artifact, in one place: what a registered version holds, how it is written and read.
+
+A version's folder (`model/` among its MLflow artifacts):
+
+    model_config.json          ModelConfig of the network
+    weights/seed-<seed>.pt     one state dict per training seed, the best (by validation AUC)
+                               first in metadata.json; the others give the prediction band
+    preprocessing.json         the Preprocessor fitted on the training split
+    calibration.json           the Calibrator fitted on the validation split
+    history/<table>.parquet    the history tables the features were computed from, as of the
+                               records the model was trained with (deepsummit/features/tabular.py)
+    drift_profile.json         the training split's input distributions: the reference newer
+                               records and planned attempts are compared with
+    metadata.json              seeds, weather source, inputs and when they are known, cutoffs
+
+Tensors are written with `torch.save` and read with `torch.load(weights_only=True)`, which
+refuses anything but tensors and plain containers. The pyfunc is logged "from code"
+(`deepsummit/serve/model_code.py`): loading a version imports that file instead of unpickling a
+Python object. `files_digest` is recorded on the version at registration and checked before any
+version is loaded (deepsummit/train/registry.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import torch
+
+from deepsummit.contracts.calibration import Calibrator
+from deepsummit.contracts.drift import DistributionProfile
+from deepsummit.contracts.preprocessing import Preprocessor
+from deepsummit.model.config import ModelConfig
+from deepsummit.model.transformer import DeepSummitTransformer
+
+ARTIFACT_NAME = "model"  # the pyfunc's artifact key and folder name
+DRIFT_PROFILE = "drift_profile.json"
+
+
+def save_tensors(path: Path, state: dict[str, Any]) -> None:
+    """Write atomically: a crash mid-write leaves the previous file intact, and writers of the
+    same path at once never share a temporary file (each gets a unique one, never left behind)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(
+        dir=path.parent, prefix=f".{path.name}.", suffix=".partial", delete=False
+    ) as handle:
+        partial = Path(handle.name)
+        try:
+            os.fchmod(handle.fileno(), 0o644)  # tempfile makes it 0600; outputs are readable
+            torch.save(state, handle)
+            handle.flush()
+            os.fsync(handle.fileno())  # on disk before the name points at it
+            os.replace(partial, path)
+        except BaseException:
+            partial.unlink(missing_ok=True)
+            raise
+
+
+def load_tensors(path: Path) -> dict[str, Any]:
+    """Tensors and plain containers only; anything else is refused, never executed."""
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+# Written by MLflow into a downloaded registered version (its name and number), so it differs
+# between downloads of the same files; everything else a version holds is hashed.
+DOWNLOAD_METADATA = "registered_model_meta"
+
+
+def files_digest(directory: Path) -> str:
+    """sha256 over every file under `directory` (relative path and content), in path order."""
+    digest = hashlib.sha256()
+    files = (p for p in directory.rglob("*") if p.is_file() and p.name != DOWNLOAD_METADATA)
+    for path in sorted(files):
+        digest.update(str(path.relative_to(directory)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+@dataclass
+class ModelArtifact:
+    """A trained model and everything it needs to score a planned attempt."""
+
+    networks: list[DeepSummitTransformer]  # one per seed, the best first
+    seeds: list[int]
+    preprocessor: Preprocessor
+    calibrator: Calibrator
+    history: dict[str, pl.DataFrame]
+    drift_reference: DistributionProfile
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def config(self) -> ModelConfig:
+        return self.networks[0].config
+
+    def save(self, directory: Path) -> Path:
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / "model_config.json").write_text(json.dumps(asdict(self.config), indent=2))
+        for seed, network in zip(self.seeds, self.networks, strict=True):
+            save_tensors(directory / "weights" / f"seed-{seed}.pt", network.state_dict())
+        self.preprocessor.save(directory / "preprocessing.json")
+        (directory / "calibration.json").write_text(self.calibrator.to_json())
+        (directory / "history").mkdir(exist_ok=True)
+        for name, frame in self.history.items():
+            frame.write_parquet(directory / "history" / f"{name}.parquet")
+        (directory / DRIFT_PROFILE).write_text(self.drift_reference.to_json())
+        metadata = {**self.metadata, "seeds": self.seeds}
+        (directory / "metadata.json").write_text(json.dumps(metadata, indent=2, default=str))
+        return directory
+
+    @classmethod
+    def load(cls, directory: Path) -> ModelArtifact:
+        config = ModelConfig(**json.loads((directory / "model_config.json").read_text()))
+        metadata = json.loads((directory / "metadata.json").read_text())
+        networks = []
+        for seed in metadata["seeds"]:
+            network = DeepSummitTransformer(config)
+            network.load_state_dict(load_tensors(directory / "weights" / f"seed-{seed}.pt"))
+            networks.append(network.eval())
+        return cls(
+            networks=networks,
+            seeds=list(metadata["seeds"]),
+            preprocessor=Preprocessor.load(directory / "preprocessing.json"),
+            calibrator=Calibrator.from_json((directory / "calibration.json").read_text()),
+            history={
+                p.stem: pl.read_parquet(p)
+                for p in sorted((directory / "history").glob("*.parquet"))
+            },
+            drift_reference=DistributionProfile.from_json((directory / DRIFT_PROFILE).read_text()),
+            metadata=metadata,
+        )

@@ -1,0 +1,1 @@
+"""Drift stage: the newest season of a features snapshot against the champion's training split."""

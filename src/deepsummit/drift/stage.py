@@ -1,0 +1,99 @@
+"""The drift stage: how far the newest season's inputs have moved from what the champion was
+trained on (population stability per input, deepsummit/contracts/drift.py does the statistics).
+
+It reads a features snapshot and the champion, so a new champion renews this report and
+nothing else; the report is written as JSON under `<var_dir>/drift/` and logged to MLflow as a
+run of its own (PSI per feature as metrics, the table as text).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import mlflow
+import polars as pl
+
+from deepsummit.contracts.champion import champion_file
+from deepsummit.contracts.drift import DistributionProfile, DriftReport
+from deepsummit.contracts.monitor import SEASON_ORDER, input_drift
+from deepsummit.contracts.preprocessing import Preprocessor
+from deepsummit.contracts.snapshot import (
+    DRIFT_PROFILE_FILE,
+    PREPROCESSING_FILE,
+    read_features,
+    read_windows,
+)
+from deepsummit.core.config import MlflowConfig, Settings
+from deepsummit.core.context import RunContext
+
+REPORTS_DIR = "drift"  # under paths.var_dir
+
+
+@dataclass(frozen=True)
+class DriftCheck:
+    """The newest season against the champion's training split, or why it was not compared."""
+
+    report: DriftReport | None
+    note: str  # e.g. "no champion yet"
+    path: Path | None = None  # the report as JSON
+
+    def render(self) -> str:
+        if self.report is None:
+            return f"input drift: not compared ({self.note})"
+        return self.report.warning() or (
+            f"input drift: none above PSI {self.report.threshold:g} ({self.report.current} "
+            f"against {self.report.reference})"
+        )
+
+
+def reports_dir(settings: Settings) -> Path:
+    return settings.paths.var_dir / REPORTS_DIR
+
+
+def newest_season(features: pl.DataFrame) -> tuple[pl.DataFrame, str]:
+    """The attempts of the newest season of `features` (Winter after Autumn of its year) and
+    its name, e.g. "Autumn 2019"."""
+    rank = pl.col("year") * 4 + pl.col("season").replace_strict(SEASON_ORDER, default=0)
+    rows = features.filter(rank == features.select(rank.max()).item())
+    return rows, f"{rows['season'][0]} {rows['year'][0]}"
+
+
+def check_drift(settings: Settings, context: RunContext, features_snapshot: Path) -> DriftCheck:
+    """The snapshot's newest season against the champion's training split; "not compared"
+    when the registry has no champion with a drift reference."""
+    found = champion_file(settings.mlflow, DRIFT_PROFILE_FILE)
+    if found is None:
+        return DriftCheck(None, "no champion with a drift reference in the registry")
+    version, reference = found
+    rows, season = newest_season(read_features(features_snapshot))
+    report = input_drift(
+        DistributionProfile.from_json(reference.read_text()),
+        rows,
+        read_windows(features_snapshot),
+        Preprocessor.load(features_snapshot / PREPROCESSING_FILE).inputs,
+        settings.drift.threshold,
+        settings.drift.min_rows,
+        f"the newest season ({season}, {rows.height:,} attempts)",
+    )
+    path = reports_dir(settings) / f"{features_snapshot.name}-v{version}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report.as_dict(), indent=2))
+    log_drift(settings.mlflow, report, version, context.tags)
+    return DriftCheck(report, f"champion v{version}", path)
+
+
+def log_drift(
+    config: MlflowConfig, report: DriftReport, champion: str, tags: Mapping[str, str]
+) -> None:
+    """The drift report as an MLflow run of its own (PSI per feature as metrics, the table)."""
+    mlflow.set_tracking_uri(config.tracking_uri)
+    mlflow.set_experiment(config.experiment)
+    run_tags = {**tags, "kind": "input drift", "compared_with_version": champion}
+    with mlflow.start_run(run_name=f"drift vs v{champion}", tags=run_tags):
+        mlflow.log_metrics(report.metrics())
+        mlflow.log_metric("drifted_features", len(report.drifted))
+        mlflow.log_text(report.markdown(), "drift/drift.md")
+        mlflow.log_dict(report.as_dict(), "drift/drift.json")

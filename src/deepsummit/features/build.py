@@ -1,0 +1,231 @@
+"""The features stage: attempts, weather windows and leak-free tabular features, split by time,
+validated, and written as a content-addressed snapshot of model arrays.
+
+`build_features` leaves `attempt_candidates`, `attempts`, `attempt_exclusions`,
+`weather_windows`, the history tables and `features` in the warehouse and writes
+`settings.features.features_dir/<snapshot digest>/`: features.parquet (the features table, every
+declared input), train/validation/test.npz (`FeatureArrays` of the configured input set),
+preprocessing.json (the `Preprocessor` fitted on the train rows, with the split, weather source
+and digests), history/<table>.parquet (what a registered model freezes so that serving
+computes features as training did) and planned_test.parquet (the test split as the registered
+model is asked for it). `load_features` reads it back.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+from deepsummit.contracts.drift import DistributionProfile
+from deepsummit.contracts.monitor import training_profile
+from deepsummit.contracts.preprocessing import Preprocessor
+from deepsummit.contracts.snapshot import (
+    DRIFT_PROFILE_FILE,
+    HISTORY_DIR,
+    PLANNED_TEST_FILE,
+    PREPROCESSING_FILE,
+    SNAPSHOT_FILE,
+    SPLITS,
+    WINDOWS_FILE,
+)
+from deepsummit.core.config import FeaturesConfig, Settings, SplitConfig
+from deepsummit.core.context import RunContext
+from deepsummit.core.errors import PipelineError
+from deepsummit.core.warehouse import connect, frame_digest, query, registered, run
+from deepsummit.features.attempts import build_attempts, exclusion_counts
+from deepsummit.features.planned import planned_attempts
+from deepsummit.features.tabular import attempt_features, build_history, history_frames
+from deepsummit.features.validation import validate_features
+
+
+@dataclass(frozen=True)
+class SplitFigures:
+    years: str
+    attempts: int
+    label_rate: float | None
+
+
+@dataclass(frozen=True)
+class Exclusion:
+    """Member rows one reason kept out of one split (by expedition year), and how often those
+    members summited: an exclusion that depends on the outcome shows here."""
+
+    split: str
+    reason: str
+    members: int
+    summit_rate: float | None
+
+
+@dataclass(frozen=True)
+class FeaturesReport:
+    splits: dict[str, SplitFigures]
+    excluded: dict[str, int]  # member rows kept out, by reason
+    exclusions: tuple[Exclusion, ...]  # the same per split, with their summit rate
+    members: int  # member rows read = attempts + excluded
+    digest: str  # content digest of the features table (features.parquet)
+    snapshot_digest: str  # of everything in the snapshot folder (its name)
+    directory: Path
+    weather_source: str
+    inputs: tuple[str, ...]  # the tabular inputs of the arrays
+    rows: int  # attempts in the features table
+
+    def render(self) -> str:
+        lines = [
+            f"features {self.digest[:12]} (weather source: {self.weather_source})",
+            f"  written to {self.directory}",
+            f"  {len(self.inputs)} tabular inputs: {', '.join(self.inputs)}",
+            "",
+            f"  {'split':<12}{'years':<12}{'attempts':>10}{'label rate':>12}",
+        ]
+        for name, figures in self.splits.items():
+            rate = "-" if figures.label_rate is None else f"{figures.label_rate:.4f}"
+            lines.append(f"  {name:<12}{figures.years:<12}{figures.attempts:>10,}{rate:>12}")
+        lines += [
+            "",
+            "  member rows excluded, by split and reason (summit rate of those rows):",
+            f"  {'split':<12}{'reason':<26}{'members':>10}{'summit rate':>13}",
+        ]
+        for e in self.exclusions:
+            rate = "-" if e.summit_rate is None else f"{e.summit_rate:.3f}"
+            lines.append(f"  {e.split:<12}{e.reason:<26}{e.members:>10,}{rate:>13}")
+        excluded = sum(self.excluded.values())
+        lines += [
+            "",
+            f"  {self.members:,} member rows = {self.rows:,} attempts + {excluded:,} excluded",
+        ]
+        return "\n".join(lines)
+
+
+def _split_years(split: SplitConfig) -> dict[str, str]:
+    return {
+        "train": f"<= {split.train_until}",
+        "validation": f"{split.train_until + 1}-{split.validation_until}",
+        "test": f"{split.validation_until + 1}-{split.test_until}",
+    }
+
+
+def _split_params(split: SplitConfig) -> dict[str, int]:
+    return {
+        "train_until": split.train_until,
+        "validation_until": split.validation_until,
+        "test_until": split.test_until,
+    }
+
+
+def build_features(settings: Settings, context: RunContext) -> FeaturesReport:
+    """Build the features from the clean tables of the warehouse and write the snapshot."""
+    config = settings.features
+    source = settings.weather.source
+    with connect(settings.paths.warehouse) as con:
+        build_history(con)
+        windows = build_attempts(con, config, source)
+        tabular = attempt_features(
+            con, con.table("attempts").pl(), config.success_rate_prior_strength
+        ).with_columns(weather_source=pl.lit(source))
+        with registered(con, tabular_frame=tabular):
+            split = _split_params(config.split)
+            run(con, "features_table", {k: split[k] for k in ("train_until", "validation_until")})
+        features = con.table("features").pl()
+        excluded = exclusion_counts(con)
+        exclusions = query(con, "features_exclusions", _split_params(config.split))
+        members = con.table("members").aggregate("count(*)").fetchall()[0][0]
+        history = history_frames(con)
+        test_keys = features.filter(pl.col("split") == "test")
+        planned_test = planned_attempts(con, test_keys, source)
+    if members != features.height + sum(excluded.values()):
+        raise PipelineError(
+            f"features: {members} member rows but {features.height} attempts + "
+            f"{sum(excluded.values())} excluded"
+        )
+    validate_features(features, context.run_dir)
+
+    digest = frame_digest(features)
+    snapshot_digest = _snapshot_digest(digest, windows, history, config)
+    extra = {
+        "digest": digest,
+        "snapshot_digest": snapshot_digest,
+        "split": config.split.model_dump(),
+        "success_rate_prior_strength": config.success_rate_prior_strength,
+        "max_missing_days": config.max_missing_days,
+    }
+    by_split = {name: features.filter(pl.col("split") == name) for name in SPLITS}
+    inputs = config.model_inputs()
+    preprocessor = Preprocessor.fit(
+        by_split["train"], windows, inputs, source, config.min_category_count, extra
+    )
+    directory = config.features_dir / snapshot_digest[:12]
+    reference = training_profile(
+        by_split["train"],
+        windows,
+        inputs,
+        f"training split (years ≤ {config.split.train_until}) of features {digest[:12]}",
+    )
+    _write_folder(
+        directory, features, preprocessor, windows, by_split, history, planned_test, reference
+    )
+
+    years = _split_years(config.split)
+    return FeaturesReport(
+        splits={
+            name: SplitFigures(years[name], frame.height, frame["label"].mean())
+            for name, frame in by_split.items()
+        },
+        excluded=excluded,
+        exclusions=tuple(Exclusion(**row) for row in exclusions.iter_rows(named=True)),
+        members=members,
+        digest=digest,
+        snapshot_digest=snapshot_digest,
+        directory=directory,
+        weather_source=source,
+        inputs=inputs.names,
+        rows=features.height,
+    )
+
+
+def _snapshot_digest(
+    features_digest: str,
+    windows: pl.DataFrame,
+    history: dict[str, pl.DataFrame],
+    config: FeaturesConfig,
+) -> str:
+    """What the snapshot's files follow from: the features table, the weather windows, the
+    history tables and the preprocessing settings (the input set among them)."""
+    parts = [
+        features_digest,
+        frame_digest(windows),
+        *(f"{name}:{frame_digest(frame)}" for name, frame in sorted(history.items())),
+        config.model_dump_json(exclude={"features_dir"}),
+    ]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def _write_folder(
+    directory: Path,
+    features: pl.DataFrame,
+    preprocessor: Preprocessor,
+    windows: pl.DataFrame,
+    by_split: dict[str, pl.DataFrame],
+    history: dict[str, pl.DataFrame],
+    planned_test: pl.DataFrame,
+    reference: DistributionProfile,
+) -> None:
+    """Write the folder next to its final place, then move it there: a reader never sees a
+    half-written folder, and a rebuild of the same digest replaces it whole."""
+    staging = directory.with_name(directory.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    (staging / HISTORY_DIR).mkdir(parents=True)
+    features.write_parquet(staging / SNAPSHOT_FILE)
+    windows.write_parquet(staging / WINDOWS_FILE)
+    preprocessor.save(staging / PREPROCESSING_FILE)
+    for name, frame in by_split.items():
+        preprocessor.transform(frame, windows).save(staging / f"{name}.npz")
+    for name, frame in history.items():
+        frame.write_parquet(staging / HISTORY_DIR / f"{name}.parquet")
+    planned_test.write_parquet(staging / PLANNED_TEST_FILE)
+    (staging / DRIFT_PROFILE_FILE).write_text(reference.to_json())
+    shutil.rmtree(directory, ignore_errors=True)
+    staging.rename(directory)

@@ -1,0 +1,451 @@
+"""What the stages read and write, by name: each resource knows its Prefect asset keys, what a
+reader's cache key records of it, whether it exists, and the facts a writer reports.
+
+Keys are stable URIs naming the warehouse table, the file or the registered model version, so the
+same thing gets the same key in every run (and in the CLI's runs):
+`duckdb://<warehouse>/<table>`, `file://<path>` (or the URL of a remote source),
+`mlflow://<tracking host>/models/<name>/<version>`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import duckdb
+from prefect.assets import Asset, AssetProperties
+from prefect.types.names import RESTRICTED_ASSET_CHARACTERS
+
+from deepsummit.core import warehouse
+from deepsummit.core.config import Settings, SourcesConfig, is_url
+from deepsummit.core.errors import PipelineError
+from deepsummit.features.tabular import HISTORY_TABLES
+from deepsummit.flows.artifacts import link
+from deepsummit.weather import store as weather_store
+
+
+def _key(uri: str) -> str:
+    # A path with a space or a `#` is still a path; asset keys refuse those characters.
+    for char in RESTRICTED_ASSET_CHARACTERS:
+        uri = uri.replace(char, "_")
+    return uri
+
+
+def _asset(uri: str, name: str, description: str, url: str | None = None) -> Asset:
+    return Asset(
+        key=_key(uri), properties=AssetProperties(name=name, description=description, url=url)
+    )
+
+
+def file_state(location: str) -> str:
+    """A URL as it is (its content is only known by reading it); a file's size and mtime; a
+    folder's files, each so."""
+    if is_url(location):
+        return location
+    path = Path(location)
+    if not path.exists():
+        return f"{path}: missing"  # the stage itself reports the missing file
+    if path.is_dir():
+        return ";".join(file_state(str(p)) for p in sorted(path.rglob("*")) if p.is_file())
+    stat = path.stat()
+    return f"{path}:{stat.st_size}:{stat.st_mtime_ns}"
+
+
+def source_asset(location: str) -> Asset:
+    """A raw input: a URL as it is, a file as file://<absolute path>."""
+    uri = location if is_url(location) else f"file://{Path(location).resolve()}"
+    return _asset(uri, Path(urlparse(uri).path).name, f"raw input {location}")
+
+
+def table_names(con: duckdb.DuckDBPyConnection) -> set[str]:
+    return set(warehouse.query(con, "flows_table_names")["table_name"])
+
+
+def tracking_host(tracking_uri: str) -> str:
+    """host:port of an http tracking URI; the store's path for a sqlite/file one."""
+    parsed = urlparse(tracking_uri)
+    return parsed.netloc or parsed.path.lstrip("/")
+
+
+class Resource:
+    """Something a stage reads or writes. Subclasses say what it is; these defaults suit an
+    external input that a stage checks itself."""
+
+    name: str
+
+    def assets(self, settings: Settings, report: Any = None) -> list[Asset]:
+        raise NotImplementedError
+
+    def cache_input(self, settings: Settings) -> Any:
+        """What a reading stage's cache key records: the content, or a proxy for it."""
+        raise NotImplementedError
+
+    def present(self, settings: Settings) -> bool:
+        return True
+
+    def applies(self, settings: Settings) -> bool:
+        """Whether a stage that declares it writes it with these settings."""
+        return True
+
+    def location(self, settings: Settings) -> Path | None:
+        """A path the reading stage is given as a keyword argument named after the resource;
+        None for what the stage finds through the settings (warehouse tables, sources)."""
+        return None
+
+    def facts(self, settings: Settings, report: Any) -> dict[str, Any]:
+        """Asset metadata after a stage wrote it (rows, digest, …)."""
+        return {}
+
+    def links(self, report: Any) -> str:
+        """Markdown links for the lineage table (where a person sees it in another UI)."""
+        return ""
+
+    # Late resources are named by the stage's result (a registry assigns the version number), so
+    # they are materialised by a second task once the stage has returned.
+    late: bool = False
+    # In the DuckDB warehouse: a stage writing it holds the warehouse slot
+    # (deepsummit/flows/runner.py).
+    in_warehouse: bool = False
+
+    @property
+    def tables(self) -> tuple[str, ...]:
+        """The warehouse tables it is kept in."""
+        return ()
+
+    # What to run when it is missing, for a resource no stage of a chain writes.
+    missing_hint: str = ""
+
+
+@dataclass(frozen=True)
+class Table(Resource):
+    """A table of the DuckDB warehouse."""
+
+    name: str
+    in_warehouse = True
+
+    @property
+    def tables(self) -> tuple[str, ...]:
+        return (self.name,)
+
+    def assets(self, settings: Settings, report: Any = None) -> list[Asset]:
+        path = settings.paths.warehouse
+        return [_asset(f"duckdb://{path}/{self.name}", self.name, f"table {self.name} of {path}")]
+
+    def _digest(self, con: duckdb.DuckDBPyConnection) -> tuple[int, str]:
+        if self.name == "weather_daily":  # values only: a refetch of the same values is no change
+            return weather_store.content_digest(con)
+        frame = con.sql(f'SELECT * FROM "{self.name}"').pl()
+        return frame.height, warehouse.frame_digest(frame)
+
+    def cache_input(self, settings: Settings) -> Any:
+        if not self.present(settings):
+            return "missing"
+        with warehouse.connect(settings.paths.warehouse, read_only=True) as con:
+            return self._digest(con)[1]
+
+    def present(self, settings: Settings) -> bool:
+        if not settings.paths.warehouse.exists():
+            return False
+        with warehouse.connect(settings.paths.warehouse, read_only=True) as con:
+            return self.name in table_names(con)
+
+    def facts(self, settings: Settings, report: Any) -> dict[str, Any]:
+        with warehouse.connect(settings.paths.warehouse, read_only=True) as con:
+            rows, digest = self._digest(con)
+        return {"rows": rows, "digest": digest, "source": str(settings.paths.warehouse)}
+
+
+@dataclass(frozen=True)
+class RawTable(Table):
+    """The raw rows of one record layout: written when the sources read that layout (the
+    native HDB export replaces the TidyTuesday layout of its table)."""
+
+    def applies(self, settings: Settings) -> bool:
+        from deepsummit.records.ingest import source_layouts
+
+        return self.name in {layout.name for layout, _ in source_layouts(settings.sources).values()}
+
+
+RAW_RECORD_TABLES: tuple[str, ...] = (
+    "raw_peaks",
+    "raw_expeditions",
+    "raw_hdb_expeditions",
+    "raw_expeditions_tidytuesday",
+    "raw_members",
+    "raw_hdb_members",
+)
+
+
+class RecordSources(Resource):
+    """The configured Himalayan Database files or URLs (every field of `sources` that is set)."""
+
+    name = "record_sources"
+
+    def _locations(self, settings: Settings) -> list[str]:
+        names = SourcesConfig.model_fields
+        values = [getattr(settings.sources, name) for name in names]
+        return [settings.data_location(value) for value in values if value]
+
+    def assets(self, settings: Settings, report: Any = None) -> list[Asset]:
+        return [source_asset(location) for location in self._locations(settings)]
+
+    def cache_input(self, settings: Settings) -> Any:
+        return [file_state(location) for location in self._locations(settings)]
+
+
+class WeatherSource(Resource):
+    """The bundled ERA5 archive file, or the Open-Meteo endpoint."""
+
+    name = "weather_source"
+
+    def _location(self, settings: Settings) -> str:
+        if settings.weather.source == "archive":
+            return settings.data_location(settings.weather.archive_path)
+        return settings.weather.api_url
+
+    def assets(self, settings: Settings, report: Any = None) -> list[Asset]:
+        return [source_asset(self._location(settings))]
+
+    def cache_input(self, settings: Settings) -> Any:
+        return file_state(self._location(settings))
+
+
+class FeaturesSnapshot(Resource):
+    """The folder of features snapshots (one sub-folder per content digest); a reader is given
+    the one to read: `train.snapshot`, else the newest."""
+
+    name = "features_snapshot"
+
+    def assets(self, settings: Settings, report: Any = None) -> list[Asset]:
+        directory = settings.features.features_dir
+        return [
+            _asset(
+                f"file://{directory}",
+                "features snapshots",
+                f"model inputs per split with their preprocessing, one folder per digest in "
+                f"{directory}",
+            )
+        ]
+
+    def location(self, settings: Settings) -> Path:
+        from deepsummit.contracts.snapshot import newest_features_dir
+
+        return settings.train.snapshot or newest_features_dir(settings.features.features_dir)
+
+    def present(self, settings: Settings) -> bool:
+        try:
+            return self.location(settings).exists()
+        except PipelineError:
+            return False
+
+    def cache_input(self, settings: Settings) -> Any:
+        """The snapshot's content digest, as its preprocessing recorded it: a snapshot built
+        again with the same content is the same input (its files' times are not)."""
+        from deepsummit.contracts.snapshot import PREPROCESSING_FILE
+
+        recorded = self.location(settings) / PREPROCESSING_FILE
+        if not recorded.exists():
+            return file_state(str(self.location(settings)))  # the stage reports what is wrong
+        return json.loads(recorded.read_text())["extra"]["snapshot_digest"]
+
+    def facts(self, settings: Settings, report: Any) -> dict[str, Any]:
+        return {"rows": report.rows, "digest": report.digest, "source": str(report.directory)}
+
+
+def model_asset(settings: Settings, version: str, url: str | None) -> Asset:
+    """A version of the registered model: the same key whether a run registered it or read it."""
+    name = settings.mlflow.registered_model
+    host = tracking_host(settings.mlflow.tracking_uri)
+    return _asset(
+        f"mlflow://{host}/models/{name}/{version}",
+        f"{name} v{version}",
+        f"version {version} of the registered model {name}",
+        url=url,
+    )
+
+
+class ModelVersion(Resource):
+    """A version of the registered model, known once the registry has assigned its number."""
+
+    name = "model_version"
+    late = True
+
+    def assets(self, settings: Settings, report: Any = None) -> list[Asset]:
+        return [model_asset(settings, str(report.model_version), report.model_url)]
+
+    def facts(self, settings: Settings, report: Any) -> dict[str, Any]:
+        return {
+            "version": str(report.model_version),
+            "run_id": report.mlflow_run_id,
+            "champion": report.champion,
+            "decision": report.decision_reason,
+            "rows": report.rows["train"],
+            "digest": report.digest,
+        }
+
+    def links(self, report: Any) -> str:
+        version = link(f"v{report.model_version}", report.model_url)
+        return f"{link('MLflow run', report.run_url)} {version}"
+
+
+class ChampionModel(Resource):
+    """The version the champion alias names when a stage reads it (pinned for the whole stage:
+    the alias may move meanwhile); its asset is that version's."""
+
+    name = "champion_model"
+    missing_hint = "run `deepsummit train` (or `prefect deployment run summit/train`) first"
+
+    def _version(self, settings: Settings) -> Any:
+        from deepsummit.contracts.champion import champion_version, registry_reachable
+
+        if not registry_reachable(settings.mlflow.tracking_uri):
+            raise PipelineError(f"no MLflow registry at {settings.mlflow.tracking_uri}")
+        return champion_version(settings.mlflow)
+
+    def assets(self, settings: Settings, report: Any = None) -> list[Asset]:
+        from deepsummit.train.tracking import ui_links
+
+        version = str(self._version(settings).version)
+        name = settings.mlflow.registered_model
+        _, url = ui_links(settings.mlflow.tracking_uri, "", "", name, version)
+        return [model_asset(settings, version, url if url.startswith("http") else None)]
+
+    def present(self, settings: Settings) -> bool:
+        try:
+            self._version(settings)
+        except PipelineError:
+            return False
+        return True
+
+    def cache_input(self, settings: Settings) -> Any:
+        from deepsummit.contracts.champion import TAG_FILES_DIGEST
+
+        champion = self._version(settings)
+        return [str(champion.version), champion.tags.get(TAG_FILES_DIGEST)]
+
+
+class DriftReports(Resource):
+    """The drift stage's reports, one JSON file per (features snapshot, champion version)."""
+
+    name = "drift_report"
+
+    def _directory(self, settings: Settings) -> Path:
+        from deepsummit.drift.stage import reports_dir
+
+        return reports_dir(settings)
+
+    def assets(self, settings: Settings, report: Any = None) -> list[Asset]:
+        directory = self._directory(settings)
+        return [
+            _asset(
+                f"file://{directory}",
+                "drift reports",
+                f"the newest season's inputs against the champion's training split, in {directory}",
+            )
+        ]
+
+    def present(self, settings: Settings) -> bool:
+        return self._directory(settings).exists()
+
+    def facts(self, settings: Settings, report: Any) -> dict[str, Any]:
+        """Rows: the features compared; digest: the report file's content."""
+        if report.report is None:
+            return {"rows": 0, "digest": "", "compared": report.note, "source": ""}
+        return {
+            "rows": len(report.report.rows),
+            "digest": hashlib.sha256(report.path.read_bytes()).hexdigest(),
+            "compared": report.note,
+            "drifted": len(report.report.drifted),
+            "source": str(report.path),
+        }
+
+
+class ForecastApi(Resource):
+    """The Open-Meteo forecast endpoint."""
+
+    name = "forecast_api"
+
+    def assets(self, settings: Settings, report: Any = None) -> list[Asset]:
+        return [source_asset(settings.forecast.api_url)]
+
+    def cache_input(self, settings: Settings) -> Any:
+        return settings.forecast.api_url
+
+
+class ForecastWeather(Resource):
+    """The forecasts stored in weather_daily (sources `forecast@<issue time>`): every issue
+    is kept, so an outlook can be computed again from the forecast that fed it."""
+
+    name = "forecast_weather"
+    in_warehouse = True
+    tables = ("weather_daily",)
+    missing_hint = "run `deepsummit outlook` (it fetches the forecast first)"
+
+    def assets(self, settings: Settings, report: Any = None) -> list[Asset]:
+        path = settings.paths.warehouse
+        return [
+            _asset(
+                f"duckdb://{path}/weather_daily/forecast",
+                "forecast weather",
+                f"Open-Meteo forecasts in weather_daily of {path}, one source per issue",
+            )
+        ]
+
+    def _rows_and_digest(self, settings: Settings) -> tuple[int, str]:
+        with warehouse.connect(settings.paths.warehouse, read_only=True) as con:
+            return weather_store.content_digest(con, forecasts=True)
+
+    def present(self, settings: Settings) -> bool:
+        return Table("weather_daily").present(settings) and self._rows_and_digest(settings)[0] > 0
+
+    def cache_input(self, settings: Settings) -> Any:
+        return self._rows_and_digest(settings)[1] if self.present(settings) else "missing"
+
+    def facts(self, settings: Settings, report: Any) -> dict[str, Any]:
+        sources = {peak.peakid: peak.source for peak in report.peaks}
+        return {"rows": report.rows, "digest": report.digest, "sources": sources}
+
+
+class Outlooks(Table):
+    """The outlooks table; its facts name the model version and forecasts behind this run's."""
+
+    def facts(self, settings: Settings, report: Any) -> dict[str, Any]:
+        return {
+            **super().facts(settings, report),
+            "written": report.rows,
+            "model_version": report.model_version,
+            "weather_sources": {peak.peakid: peak.weather_source for peak in report.peaks},
+        }
+
+
+RESOURCES: dict[str, Resource] = {
+    resource.name: resource
+    for resource in (
+        RecordSources(),
+        WeatherSource(),
+        *(RawTable(name) for name in RAW_RECORD_TABLES),
+        *(
+            Table(name)
+            for name in ("members", "expeditions", "expedition_details", "peaks", "quarantine")
+        ),
+        Table("weather_daily"),
+        Table("weather_api_calls"),
+        *(
+            Table(name)
+            for name in ("attempt_candidates", "attempts", "attempt_exclusions", "weather_windows")
+        ),
+        *(Table(name) for name in HISTORY_TABLES),
+        Table("features"),
+        FeaturesSnapshot(),
+        ModelVersion(),
+        ChampionModel(),
+        DriftReports(),
+        ForecastApi(),
+        ForecastWeather(),
+        Outlooks("outlooks"),
+    )
+}

@@ -1,0 +1,421 @@
+"""A stage declaration (`deepsummit/flows/stages.py`) turned into a Prefect task run: its cache key,
+its assets and their upstreams, its edges in the run graph, and its row in the lineage table.
+
+Cache key: the stage's name and its cache inputs (Prefect's INPUTS policy) plus the runner's own
+source (TASK_SOURCE). The cache inputs are everything that determines the stage's output: the
+content (or a proxy that changes with it) of each resource it reads, the settings it declares
+(without their operational fields), where its outputs go, and the code of the stage's module
+with every `deepsummit` module it imports, transitively, and the SQL files.
+A changed input changes the key, so it is never served from the cache; a stage whose output is gone
+is recomputed even when its key is cached.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import hashlib
+import logging
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field, is_dataclass, replace
+from functools import cache
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+from prefect import Task, get_run_logger, task
+from prefect.artifacts import create_progress_artifact, update_progress_artifact
+from prefect.assets import add_asset_metadata, materialize
+from prefect.cache_policies import INPUTS, TASK_SOURCE
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
+from prefect.concurrency.sync import concurrency
+from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
+from prefect.runtime import deployment, flow_run
+from prefect.states import State
+from prefect.tasks import exponential_backoff
+
+import deepsummit
+from deepsummit.core.config import Section, Settings, load_settings
+from deepsummit.core.context import WAREHOUSE, RunContext
+from deepsummit.core.errors import PipelineError
+from deepsummit.core.warehouse import sql_files
+from deepsummit.flows.artifacts import LineageRow
+from deepsummit.flows.resources import RESOURCES
+from deepsummit.flows.stages import STAGES, Stage, outputs, producer, written
+
+# The Settings object and the run context differ from run to run without changing the result.
+STAGE_CACHE = INPUTS - "settings" - "run" + TASK_SOURCE
+# The package whose modules enter a stage's code digest (the stage module and what it imports).
+PACKAGE_DIR = Path(deepsummit.__file__).parent
+
+
+class IncompleteStage(PipelineError):
+    """A stage's report says a rerun could still add to it (e.g. rejected weather responses):
+    the task fails, and is retried, rather than caching a partial result as the stage's own."""
+
+
+@dataclass(frozen=True)
+class StageResult:
+    """A stage's report and the facts of each asset it produced (asset key → rows, digest, …):
+    kept with the cached result, so a reused stage still fills the lineage table."""
+
+    report: Any
+    assets: dict[str, dict[str, Any]]
+
+
+# ---------------------------------------------------------------- cache inputs
+
+
+def _module_file(name: str) -> Path | None:
+    """The source file of a project module (`deepsummit.weather` →
+    deepsummit/weather/__init__.py)."""
+    if name.split(".")[0] != PACKAGE_DIR.name:
+        return None
+    base = PACKAGE_DIR.parent.joinpath(*name.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.exists():
+            return candidate
+    return None
+
+
+def _imports(path: Path) -> set[str]:
+    """Project modules `path` imports (at any depth of its code, e.g. inside functions)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return found
+
+
+@cache
+def code_digest(module: str) -> str:
+    """sha256 over the project code `module` imports, transitively, and the SQL files: a change
+    to a stage's code recomputes that stage (and not the others)."""
+    seen: set[Path] = set()
+    queue = [module]
+    while queue:
+        name = queue.pop()
+        path = _module_file(name)
+        if path is None or path in seen:
+            continue
+        seen.add(path)
+        queue.extend(_imports(path))
+        parts = name.split(".")  # importing a.b.c runs a/__init__ and a/b/__init__ too
+        queue.extend(".".join(parts[:n]) for n in range(1, len(parts)))
+    digest = hashlib.sha256()
+    for path in sorted(seen):
+        digest.update(str(path.relative_to(PACKAGE_DIR)).encode())
+        digest.update(path.read_bytes())
+    for statement in sql_files():
+        digest.update(statement.name.encode())
+        digest.update(statement.read_bytes())
+    return digest.hexdigest()
+
+
+def setting_value(settings: Settings, dotted: str) -> Any:
+    """A declared setting as JSON (a section without its operational fields)."""
+    value: Any = settings
+    for part in dotted.split("."):
+        value = getattr(value, part)
+    if isinstance(value, Section):
+        return value.result_settings()
+    return asdict(value) if is_dataclass(value) else value
+
+
+def read_state(stage: Stage, name: str, settings: Settings) -> Any:
+    """What the cache key records of one read: "absent" for an optional read that is."""
+    resource = RESOURCES[name]
+    if name in stage.optional and not resource.present(settings):
+        return "absent"
+    return resource.cache_input(settings)
+
+
+def cache_inputs(stage: Stage, settings: Settings) -> dict[str, Any]:
+    """Everything that determines what `stage` produces (see the module docstring)."""
+    return {
+        "code": code_digest(stage.module),
+        "reads": {name: read_state(stage, name, settings) for name in stage.reads},
+        "settings": {path: setting_value(settings, path) for path in stage.settings},
+        "writes": [
+            asset.key
+            for resource in outputs(stage, settings)
+            if not resource.late
+            for asset in resource.assets(settings)
+        ],
+    }
+
+
+# ---------------------------------------------------------------- the tasks
+
+
+def result_storage(settings: Settings) -> Path:
+    """Where task results (and so the cache) persist, shared by the CLI and the worker.
+    (A path, not an unsaved LocalFileSystem block: Prefect wants blocks saved server-side.)"""
+    return settings.paths.var_dir / "prefect-results"
+
+
+def _retry_options(stage: Stage) -> dict[str, Any]:
+    retry = stage.retry
+    if retry is None:
+        return {}
+
+    def worth_retrying(failed: Task, task_run: Any, state: State) -> bool:
+        try:
+            state.result()
+        except retry.never:
+            return False
+        except Exception:
+            return True
+        return False
+
+    return {
+        "retries": retry.retries,
+        "retry_delay_seconds": exponential_backoff(backoff_factor=retry.backoff_s),
+        "retry_jitter_factor": 0.2,
+        "retry_condition_fn": worth_retrying,
+    }
+
+
+def ensure_limit(name: str, limit: int = 1) -> None:
+    """The global concurrency limit `name` exists on the server (Prefect no longer creates one
+    on first use, and would then hold nothing)."""
+    with get_client(sync_client=True) as client:
+        try:
+            client.read_global_concurrency_limit_by_name(name)
+        except ObjectNotFound:
+            with contextlib.suppress(ObjectAlreadyExists):  # another run created it just now
+                client.create_global_concurrency_limit(
+                    GlobalConcurrencyLimitCreate(name=name, limit=limit)
+                )
+
+
+@contextlib.contextmanager
+def slot(name: str) -> Iterator[None]:
+    """One of one: Prefect's global concurrency slot `name`, waited for as long as it takes
+    (the holder's flow run shows in the UI's Concurrency page)."""
+    ensure_limit(name)
+    logger = get_run_logger()
+    logger.info("waiting for the %s slot", name)
+    with concurrency(name, occupy=1, strict=True):
+        logger.info("holding the %s slot", name)
+        yield
+
+
+def writes_warehouse(stage: Stage) -> bool:
+    return any(RESOURCES[name].in_warehouse for name in (*stage.writes, *stage.side_writes))
+
+
+def run_stage_function(
+    stage_name: str, cache_inputs: dict[str, Any], settings: Settings, run: RunContext
+) -> StageResult:
+    """The body of every stage task: call the stage's function, record its assets' facts."""
+    stage = STAGES[stage_name]
+    locations = {
+        name: location
+        for name in stage.reads
+        if (location := RESOURCES[name].location(settings)) is not None
+    }
+    report = stage.load()(settings, run, **locations)
+    problem = getattr(report, "problem", None)
+    if problem:
+        raise IncompleteStage(f"{stage_name}: {problem}")
+    facts: dict[str, dict[str, Any]] = {}
+    for resource in outputs(stage, settings):
+        if resource.late:
+            continue
+        resource_facts = resource.facts(settings, report)
+        for asset in resource.assets(settings):
+            facts[asset.key] = resource_facts
+            add_asset_metadata(asset.key, resource_facts)
+    return StageResult(report, facts)
+
+
+def publish_late_resource(
+    resource_name: str, cache_inputs: dict[str, Any], facts: dict[str, Any], key: str
+) -> StageResult:
+    """Materialise what a stage created under a name it learnt only at the end (a model
+    version): the asset event carries the stage's facts."""
+    add_asset_metadata(key, facts)
+    return StageResult(facts.get("version"), {key: facts})
+
+
+def _task(
+    settings: Settings, name: str, refresh: bool, produces: list, depends_on: list, **options: Any
+) -> Any:
+    """A cached task decorator; materialising `produces` (its upstream: `depends_on`) when the
+    stage writes assets known before it runs."""
+    options |= {
+        "name": name,
+        "asset_deps": depends_on,
+        "cache_policy": STAGE_CACHE,
+        "persist_result": True,
+        "result_storage": result_storage(settings),
+        "refresh_cache": refresh,
+    }
+    return materialize(*produces, **options) if produces else task(**options)
+
+
+# ---------------------------------------------------------------- progress
+
+
+# The stages log through `logging.getLogger("deepsummit.…")`; Prefect forwards that logger to the
+# run's logs (PREFECT_LOGGING_EXTRA_LOGGERS) but leaves its level to the root's WARNING, which
+# would drop the per-epoch lines.
+logging.getLogger("deepsummit").setLevel(logging.INFO)
+
+
+def progress_key(stage: str) -> str:
+    return f"deepsummit-{stage}-progress"
+
+
+@dataclass
+class StageProgress:
+    """A stage's `progress` callback in a flow run: a Prefect progress artifact, created at the
+    first report and updated at each, and a log line each time."""
+
+    stage: str
+    artifact_id: UUID | None = None
+
+    def __call__(self, done: float, total: float, message: str) -> None:
+        percent = min(100.0, 100.0 * done / total) if total else 100.0
+        description = f"{self.stage}: {done:,.0f} of {total:,.0f} ({message})"
+        if self.artifact_id is None:
+            self.artifact_id = create_progress_artifact(
+                percent, key=progress_key(self.stage), description=description
+            )
+        else:
+            update_progress_artifact(self.artifact_id, percent, description=description)
+        get_run_logger().info("%s progress %.0f%%: %s", self.stage, percent, description)
+
+
+# ---------------------------------------------------------------- a chain of stages
+
+
+def run_tags(settings: Settings) -> dict[str, str]:
+    """MLflow tags tying a training run to its Prefect flow run (not in any cache key)."""
+    return {
+        "prefect.flow_run_id": str(flow_run.get_id() or ""),
+        "prefect.flow_run_name": str(flow_run.get_name() or ""),
+        "prefect.deployment": str(deployment.get_name() or ""),
+        "profile": settings.profile,
+        "weather_source": settings.weather.source,
+    }
+
+
+@dataclass
+class Chain:
+    """One flow run's stages: the settings, the run context, what each stage produced this run
+    (the states its readers wait for), the reports, and one lineage row per asset."""
+
+    settings: Settings
+    run: RunContext
+    produced: dict[str, State] = field(default_factory=dict)
+    reports: dict[str, Any] = field(default_factory=dict)
+    lineage: list[LineageRow] = field(default_factory=list)
+
+    @classmethod
+    def start(cls, profile: str | None, overrides: dict[str, Any]) -> Chain:
+        settings = load_settings(profile, overrides)
+        run_dir = settings.paths.runs_dir / str(flow_run.get_id() or "local")
+        run_dir.mkdir(parents=True, exist_ok=True)
+        return cls(settings, RunContext(run_dir=run_dir, tags=run_tags(settings), exclusive=slot))
+
+    def _require_inputs(self, stage: Stage) -> None:
+        for name in stage.reads:
+            if name in stage.optional:
+                continue
+            if name in self.produced or RESOURCES[name].present(self.settings):
+                continue
+            writer = producer(name)
+            hint = RESOURCES[name].missing_hint or (
+                f"run `deepsummit {writer.name}` first" if writer else ""
+            )
+            hint = f"; {hint}" if hint else ""
+            raise PipelineError(f"{stage.name}: its input {name} does not exist yet{hint}")
+
+    def run_stage(self, stage: Stage) -> Any:
+        """Run `stage` as a cached, materialising task after the stages it reads from; a stage
+        that writes the warehouse holds its slot from reading its inputs to its result, so
+        another run's writer cannot change them in between."""
+        with slot(WAREHOUSE) if writes_warehouse(stage) else contextlib.nullcontext():
+            return self._run_stage(stage)
+
+    def _run_stage(self, stage: Stage) -> Any:
+        self._require_inputs(stage)
+        settings = self.settings
+        inputs = cache_inputs(stage, settings)
+        read_assets = self._read_assets(stage, inputs)
+        produces = [a for r in outputs(stage, settings) if not r.late for a in r.assets(settings)]
+        refresh = not stage.cached or not all(
+            r.present(settings) for r in written(stage, settings) if not r.late
+        )
+        upstream_states = [
+            *(self.produced[n] for n in stage.reads if n in self.produced),
+            *(self.produced[n] for n in stage.after if n in self.produced),
+        ]
+        upstream = list({id(s): s for s in upstream_states}.values())
+        stage_task = _task(
+            settings, stage.name, refresh, produces, read_assets, **_retry_options(stage)
+        )(run_stage_function)
+        state = stage_task(
+            stage_name=stage.name,
+            cache_inputs=inputs,
+            settings=settings,
+            run=replace(self.run, progress=StageProgress(stage.name)),
+            wait_for=upstream,
+            return_state=True,
+        )
+        result: StageResult = state.result()
+        get_run_logger().info("%s: %s", stage.name, state.name)
+        self.reports[stage.name] = result.report
+        for key, facts in result.assets.items():
+            self.lineage.append(
+                LineageRow(stage.name, key, facts.get("rows"), facts.get("digest", ""), state.name)
+            )
+        for name in stage.writes:
+            self.produced[name] = state
+        for resource in (r for r in outputs(stage, settings) if r.late):
+            self.produced[resource.name] = self._publish(stage, resource, inputs, state, result)
+        return result.report
+
+    def _read_assets(self, stage: Stage, inputs: dict[str, Any]) -> list[Any]:
+        """The assets of what `stage` reads (none for an optional read that is absent)."""
+        return [
+            asset
+            for name in stage.reads
+            if inputs["reads"][name] != "absent"
+            for asset in RESOURCES[name].assets(self.settings)
+        ]
+
+    def _publish(
+        self, stage: Stage, resource: Any, inputs: dict[str, Any], after: State, result: Any
+    ) -> State:
+        """The second task of a stage with a late output (see `publish_late_resource`)."""
+        settings, report = self.settings, result.report
+        (asset,) = resource.assets(settings, report)
+        facts = resource.facts(settings, report)
+        read_assets = self._read_assets(stage, inputs)
+        state = _task(settings, resource.name, False, [asset], read_assets)(publish_late_resource)(
+            resource_name=resource.name,
+            cache_inputs=inputs,
+            facts=facts,
+            key=asset.key,
+            wait_for=[after],
+            return_state=True,
+        )
+        state.result()
+        self.lineage.append(
+            LineageRow(
+                stage.name,
+                asset.key,
+                facts.get("rows"),
+                facts.get("digest", ""),
+                after.name,
+                resource.links(report),
+            )
+        )
+        return state

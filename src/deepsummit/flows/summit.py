@@ -1,0 +1,138 @@
+"""The `summit` flows, the chains of `deepsummit/flows/stages.py`: `summit` (deployed as
+`summit/train`) and `outlook` (deployed as `summit/outlook`); and one flow per stage (what the
+`deepsummit <stage>` commands run).
+
+Flows only orchestrate: settings from the parameters, the stages in the declared order, each
+waiting for the stages that write what it reads, and the lineage and summary artifacts.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from prefect import Flow, flow
+from prefect.artifacts import create_markdown_artifact
+from prefect.runtime import flow_run
+
+from deepsummit.core.options import RunOptions
+from deepsummit.flows.artifacts import drift_markdown, lineage_markdown, summary_markdown
+from deepsummit.flows.runner import Chain
+from deepsummit.flows.stages import CHAIN, OUTLOOK_CHAIN, STAGES, Stage
+
+LINEAGE_ARTIFACT = "deepsummit-lineage"
+SUMMARY_ARTIFACT = "deepsummit-run-summary"
+DRIFT_ARTIFACT = "deepsummit-drift"
+OUTLOOK_ARTIFACT = "deepsummit-outlook"
+SUMMARY_FILE = "summary.json"  # in the run folder: what `deepsummit main-job` prints
+
+
+def start_chain(
+    profile: str | None, options: RunOptions | None, overrides: dict[str, Any] | None
+) -> Chain:
+    return Chain.start(profile, (options or RunOptions()).overrides(overrides))
+
+
+def publish(chain: Chain) -> dict[str, Any]:
+    """The lineage and summary artifacts, and summary.json for `deepsummit main-job`."""
+    report = chain.reports["train"]
+    drift = chain.reports["drift"]
+    name = str(flow_run.get_name() or "local")
+    create_markdown_artifact(
+        key=LINEAGE_ARTIFACT,
+        markdown=lineage_markdown(chain.lineage, name),
+        description="Assets of this run: key, rows, content digest, MLflow links",
+    )
+    create_markdown_artifact(
+        key=SUMMARY_ARTIFACT,
+        markdown=summary_markdown(report, drift),
+        description="Test metrics against the baselines, the champion decision, input drift",
+    )
+    create_markdown_artifact(
+        key=DRIFT_ARTIFACT,
+        markdown=drift_markdown(drift),
+        description="The newest season's inputs against the champion's training split",
+    )
+    summary = {
+        "flow_run_id": str(flow_run.get_id() or ""),
+        "run_dir": str(chain.run.run_dir),
+        "model_version": str(report.model_version),
+        "champion": report.champion,
+        "model_version_url": report.model_url,
+        "mlflow_run_url": report.run_url,
+        "data_docs": str(chain.reports["ingest"].data_docs),
+        "assets": [row.asset_key for row in chain.lineage],
+    }
+    (chain.run.run_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+@flow(name="summit", log_prints=True)
+def summit(
+    profile: str | None = None,
+    options: RunOptions | None = None,
+    overrides: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Ingest → weather → features → train and register; every stage cached on its inputs.
+
+    Args:
+        profile: settings profile of deepsummit.toml (cpu, base, tiny); blank = the file's default.
+        options: per-run options (data_dir, warehouse, weather_source, max_train_rows, …);
+            blank = from config.
+        overrides: any other settings, nested as in deepsummit.toml,
+            e.g. {"train": {"max_epochs": 3}}.
+    """
+    chain = start_chain(profile, options, overrides)
+    for stage in CHAIN:
+        chain.run_stage(stage)
+    return publish(chain)
+
+
+@flow(name="summit", log_prints=True)
+def outlook(
+    profile: str | None = None,
+    options: RunOptions | None = None,
+    overrides: dict[str, Any] | None = None,
+) -> Any:
+    """Forecast → outlook: P(summit) per candidate push day for each member and the team, by
+    the champion, from the newest Open-Meteo forecast of each peak.
+
+    Args:
+        profile: settings profile of deepsummit.toml; blank = the file's default.
+        options: per-run options (peak, first_day, days, team, forecast_url, …); blank = from
+            config (the `outlook` section).
+        overrides: any other settings, nested as in deepsummit.toml,
+            e.g. {"outlook": {"agency": "Seven Summit Treks", "oxygen": true}}.
+    """
+    chain = start_chain(profile, options, overrides)
+    for stage in OUTLOOK_CHAIN:
+        chain.run_stage(stage)
+    report = chain.reports["outlook"]
+    create_markdown_artifact(
+        key=OUTLOOK_ARTIFACT,
+        markdown=report.markdown(),
+        description="P(summit) per push day for each member and the team, with the chart",
+    )
+    create_markdown_artifact(
+        key=LINEAGE_ARTIFACT,
+        markdown=lineage_markdown(chain.lineage, str(flow_run.get_name() or "local")),
+        description="Assets of this run: the forecast, the model version, the outlooks",
+    )
+    return report
+
+
+def stage_flow(stage: Stage) -> Flow:
+    """`stage` alone as a flow: what `deepsummit <stage>` runs; returns the stage's report."""
+
+    @flow(name=stage.name, description=stage.description)
+    def run_one(
+        profile: str | None = None,
+        options: RunOptions | None = None,
+        overrides: dict[str, Any] | None = None,
+    ) -> Any:
+        return start_chain(profile, options, overrides).run_stage(stage)
+
+    return run_one
+
+
+STAGE_FLOWS: dict[str, Flow] = {name: stage_flow(stage) for name, stage in STAGES.items()}

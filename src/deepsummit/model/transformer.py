@@ -1,0 +1,53 @@
+"""DeepSummitTransformer: [CLS] + T_tab tabular + T_w weather tokens (+ modality) → encoder → logit
+(shape symbols: deepsummit/model/config.py)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from deepsummit.model.config import ModelConfig
+from deepsummit.model.embeddings import ModalityEmbedding
+from deepsummit.model.encoder import TransformerEncoder
+from deepsummit.model.head import ClassificationHead
+from deepsummit.model.tokenizer import TabularTokenizer, WeatherTokenizer
+
+
+class DeepSummitTransformer(nn.Module):
+    def __init__(self, config: ModelConfig | None = None) -> None:
+        super().__init__()
+        self.config = config = config or ModelConfig()
+        self.cls_token = nn.Parameter(torch.randn(1, 1, config.hidden_size) * 0.02)  # (1, 1, H)
+        self.tabular_tokenizer = TabularTokenizer(config)
+        self.weather_tokenizer = WeatherTokenizer(config)
+        self.modality = ModalityEmbedding(
+            config.n_tabular_tokens, config.weather_scale_tokens, config.hidden_size
+        )
+        self.encoder = TransformerEncoder(config)
+        self.head = ClassificationHead(config.hidden_size, config.dropout)
+
+    def forward(
+        self,
+        numeric: torch.Tensor,  # (B, N_num) float32
+        numeric_missing: torch.Tensor,  # (B, N_num) bool
+        categorical: torch.Tensor,  # (B, N_cat) int64
+        binary: torch.Tensor,  # (B, N_bin) int64
+        binary_missing: torch.Tensor,  # (B, N_bin) bool
+        weather: torch.Tensor,  # (B, T_w, V) float32
+        weather_missing: torch.Tensor,  # (B, T_w, V) bool
+        days_before: torch.Tensor,  # (B, T_w) float32
+        day_of_year: torch.Tensor,  # (B, T_w) float32
+        return_attention: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, list[torch.Tensor]]:
+        """Logits (B,); with `return_attention`, also each layer's weights (B, n_h, S, S)."""
+        tabular = self.tabular_tokenizer(
+            numeric, numeric_missing, categorical, binary, binary_missing
+        )  # (B, T_tab, H)
+        weather_tokens = self.weather_tokenizer(
+            weather, weather_missing, days_before, day_of_year
+        )  # (B, T_w, H)
+        cls = self.cls_token.expand(tabular.shape[0], -1, -1)  # (B, 1, H)
+        sequence = torch.cat([cls, tabular, weather_tokens], dim=1) + self.modality()  # (B, S, H)
+        encoded, attention = self.encoder(sequence, return_attention)  # (B, S, H)
+        logits = self.head(encoded)  # (B,)
+        return (logits, attention) if return_attention else logits

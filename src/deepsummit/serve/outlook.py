@@ -1,0 +1,423 @@
+"""The push-day outlook: P(summit) of each member, and the team's expected summiters, for each
+candidate push day of the next two weeks, from the newest stored forecast, with the champion.
+
+Every candidate day D is a planned attempt with its own 90 days D-89 … D: the forecast's past
+days and the days ahead up to D. The champion scores them as any MLflow client would, through
+its pyfunc (deepsummit/serve/pyfunc.py). Each P carries the band of the champion's training seeds;
+the team's expected summiters is the sum of its members' P (band: the sums of the seeds' lowest
+and highest). The best day is the one with the most expected summiters.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import datetime as dt
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import numpy as np
+import pandas as pd
+import polars as pl
+from pydantic import ValidationError
+
+from deepsummit.contracts.artifact import ModelArtifact
+from deepsummit.contracts.champion import TAG_WEATHER_SOURCE, champion_version, load_verified
+from deepsummit.contracts.drift import DriftReport
+from deepsummit.contracts.monitor import weather_drift
+from deepsummit.core.config import OutlookConfig, Settings, TeamMember
+from deepsummit.core.context import RunContext
+from deepsummit.core.errors import PipelineError
+from deepsummit.core.inputs import WEATHER_VARIABLES, WINDOW_DAYS
+from deepsummit.core.planned import planned_frame, planned_record
+from deepsummit.core.warehouse import connect, registered, run
+from deepsummit.serve.planned import parse_planned
+from deepsummit.serve.scoring import planned_features
+from deepsummit.weather.forecast import forecast_locations, issued_at, newest_forecast
+
+TEAM = "team"  # the `member` of a team row in the outlooks table
+CHART_FILE = "outlook.png"
+OUTLOOK_CHART_ALT = "P(summit) by push day"  # the chart's alt text in the artifact
+
+
+def read_team(path: Path) -> tuple[TeamMember, ...]:
+    """A team file: CSV with a header of TeamMember's fields (name required, the rest may be
+    blank); one clear line naming the file and line of a row that cannot be read."""
+    if not path.exists():
+        raise PipelineError(f"{path}: no such team file")
+    columns = tuple(TeamMember.model_fields)
+    with path.open(newline="") as handle:
+        reader = csv.DictReader(handle)
+        header = tuple(reader.fieldnames or ())
+        if "name" not in header or set(header) - set(columns):
+            raise PipelineError(
+                f"{path}: columns must be among {', '.join(columns)} (name required); "
+                f"found {', '.join(header)}"
+            )
+        members = []
+        for line, row in enumerate(reader, start=2):
+            values = {k: v.strip() for k, v in row.items() if v and v.strip()}
+            try:
+                members.append(TeamMember.model_validate(values))
+            except ValidationError as error:
+                first = error.errors()[0]
+                where = ".".join(map(str, first["loc"]))
+                raise PipelineError(f"{path}, line {line}: {where}: {first['msg']}") from None
+    if not members:
+        raise PipelineError(f"{path}: no members")
+    return tuple(members)
+
+
+def team(config: OutlookConfig) -> tuple[TeamMember, ...]:
+    return config.team or read_team(config.team_file)
+
+
+@dataclass(frozen=True)
+class DayOutlook:
+    day: dt.date
+    members: tuple[tuple[float, float, float], ...]  # (P, seeds' low, seeds' high) per member
+    expected: float  # expected summiters of the team: the sum of the members' P
+    low: float
+    high: float
+
+
+@dataclass(frozen=True)
+class PeakOutlook:
+    peakid: str
+    weather_source: str  # forecast@<issue time>
+    days: tuple[DayOutlook, ...]
+    notes: tuple[str, ...]
+
+    @property
+    def best(self) -> DayOutlook:
+        return max(self.days, key=lambda d: d.expected)
+
+
+@dataclass(frozen=True)
+class OutlookReport:
+    members: tuple[TeamMember, ...]
+    peaks: tuple[PeakOutlook, ...]
+    model_version: str
+    trained_on: str  # the weather source the model learnt from
+    drift: DriftReport
+    chart: Path | None = None
+    rows: int = 0  # rows written to the outlooks table
+
+    def render(self) -> str:
+        """Per peak: a column per push day, for each member P and under it the band of the
+        model's seeds, then the team's expected summiters and its band; the best day starred."""
+        width = max(16, *(len(m.name) for m in self.members))
+
+        def row(label: str, cells: list[str]) -> str:
+            return f"  {label:<{width}}" + "".join(f"{cell:>9}" for cell in cells)
+
+        def band(low: float, high: float, digits: int) -> str:
+            low_text, high_text = (f"{x:.{digits}f}".removeprefix("0") for x in (low, high))
+            return f"{low_text}-{high_text}"
+
+        lines = []
+        for peak in self.peaks:
+            lines += [
+                f"{peak.peakid}: P(summit) per push day, the band of the model's seeds below; "
+                f"model v{self.model_version} (trained on {self.trained_on!r} weather), fed "
+                f"{peak.weather_source!r}",
+                row(
+                    "push day", [f"{d.day:%m-%d}{'*' if d == peak.best else ''}" for d in peak.days]
+                ),
+            ]
+            for index, member in enumerate(self.members):
+                cells = [d.members[index] for d in peak.days]
+                lines.append(row(member.name, [f"{p:.2f}" for p, _, _ in cells]))
+                lines.append(row("", [band(low, high, 2) for _, low, high in cells]))
+            lines.append(row("team: expected", [f"{d.expected:.2f}" for d in peak.days]))
+            lines.append(row("summiters", [band(d.low, d.high, 1) for d in peak.days]))
+            best = peak.best
+            lines.append(
+                f"  best push day: {best.day} (*), {best.expected:.2f} expected summiters of "
+                f"{len(self.members)} [{best.low:.2f}–{best.high:.2f}]"
+            )
+            lines += [f"  note: {note}" for note in peak.notes]
+        if self.drift.warning():
+            lines.append(f"note: {self.drift.warning()}")
+        if self.rows:
+            lines.append(f"{self.rows} rows in the outlooks table")
+        if self.chart is not None:
+            lines.append(f"chart: {self.chart}")
+        return "\n".join(lines)
+
+    def markdown(self) -> str:
+        """Each peak's table (team and members per day, with bands) and the chart, for a
+        Prefect artifact."""
+        lines = []
+        for peak in self.peaks:
+            best = peak.best
+            lines += [
+                f"## {peak.peakid}: best push day {best.day}, {best.expected:.2f} expected "
+                f"summiters of {len(self.members)} [{best.low:.2f}–{best.high:.2f}]",
+                "",
+                f"Model v{self.model_version}, trained on `{self.trained_on}` weather, fed "
+                f"`{peak.weather_source}`. Each P with the band of the model's seeds.",
+                "",
+                "| push day | team: expected summiters | "
+                + " | ".join(m.name for m in self.members)
+                + " |",
+                "| --- | ---: |" + " ---: |" * len(self.members),
+            ]
+            for day in peak.days:
+                mark = " **best**" if day == best else ""
+                members = " | ".join(f"{p:.2f} [{lo:.2f}–{hi:.2f}]" for p, lo, hi in day.members)
+                lines.append(
+                    f"| {day.day}{mark} | {day.expected:.2f} [{day.low:.2f}–{day.high:.2f}] "
+                    f"| {members} |"
+                )
+            lines += ["", *(f"- {note}" for note in peak.notes), ""]
+        if self.drift.warning():
+            lines += [f"**Input drift:** {self.drift.warning()}", ""]
+        if self.chart is not None and self.chart.exists():
+            encoded = base64.b64encode(self.chart.read_bytes()).decode()
+            lines.append(f"![{OUTLOOK_CHART_ALT}](data:image/png;base64,{encoded})")
+        return "\n".join(lines)
+
+
+def candidate_days(first: dt.date, days: int) -> list[dt.date]:
+    return [first + dt.timedelta(days=offset) for offset in range(days)]
+
+
+def planned_requests(
+    config: OutlookConfig,
+    members: tuple[TeamMember, ...],
+    peakid: str,
+    days: list[dt.date],
+    daily: pl.DataFrame,
+    source: str,
+) -> pd.DataFrame:
+    """One planned attempt per (day, member) in the model's input layout, each with its 90
+    days of weather from `daily`."""
+    by_date = daily.select("date", *WEATHER_VARIABLES)
+    plan = {**config.plan(), "team_size": config.team_size or len(members)}
+    stated = {name: value for name, value in plan.items() if value is not None}
+    rows = []
+    for day in days:
+        first = day - dt.timedelta(days=WINDOW_DAYS - 1)
+        window = pl.DataFrame({"date": pl.date_range(first, day, eager=True)}).join(
+            by_date, on="date", how="left"
+        )
+        weather = {name: window[name].to_list() for name in WEATHER_VARIABLES}
+        for member in members:
+            attempt = {
+                "peak": peakid,
+                "push_date": day,
+                "weather_source": source,
+                **member.model_dump(exclude={"name"}, exclude_none=True),
+                **stated,
+            }
+            rows.append({**planned_record(attempt), **weather})
+    return planned_frame(rows)
+
+
+def check_horizon(peakid: str, days: list[dt.date], daily: pl.DataFrame, source: str) -> None:
+    """Every candidate day's whole window lies in the stored forecast; else one line."""
+    first, last = daily["date"].min(), daily["date"].max()
+    if days[-1] > last:
+        raise PipelineError(
+            f"{peakid}: push day {days[-1]} is beyond the forecast horizon ({last}, {source}); "
+            f"the last candidate day can be {last}"
+        )
+    needed = days[0] - dt.timedelta(days=WINDOW_DAYS - 1)
+    if needed < first:
+        raise PipelineError(
+            f"{peakid}: push day {days[0]} needs weather from {needed}; the forecast "
+            f"{source} starts {first} (the first candidate day can be "
+            f"{first + dt.timedelta(days=WINDOW_DAYS - 1)})"
+        )
+
+
+def outlook_for(
+    model: Any,
+    config: OutlookConfig,
+    members: tuple[TeamMember, ...],
+    peakid: str,
+    first_day: dt.date,
+    daily: pl.DataFrame,
+    source: str,
+) -> tuple[PeakOutlook, pd.DataFrame]:
+    """One peak's outlook from its forecast rows (`daily`) by `model` (the pyfunc), and the
+    requests it scored."""
+    days = candidate_days(first_day, config.days)
+    check_horizon(peakid, days, daily, source)
+    requests = planned_requests(config, members, peakid, days, daily, source)
+    answers = model.predict(requests)
+    errors = sorted({e for e in answers["error"] if isinstance(e, str) and e})
+    if errors:
+        raise PipelineError(f"{peakid}: {errors[0]}")
+    shape = (len(days), len(members))
+    p, low, high = (
+        answers[column].to_numpy(dtype=np.float64).reshape(shape)
+        for column in ("probability", "probability_low", "probability_high")
+    )
+    notes = {n.strip() for note in answers["notes"] if note for n in note.split(";")}
+    outlook = PeakOutlook(
+        peakid=peakid,
+        weather_source=source,
+        days=tuple(
+            DayOutlook(
+                day=day,
+                members=tuple(
+                    (float(a), float(b), float(c))
+                    for a, b, c in zip(p[i], low[i], high[i], strict=True)
+                ),
+                expected=float(p[i].sum()),
+                low=float(low[i].sum()),
+                high=float(high[i].sum()),
+            )
+            for i, day in enumerate(days)
+        ),
+        notes=tuple(sorted(n for n in notes if n)),
+    )
+    return outlook, requests
+
+
+def forecast_drift(
+    settings: Settings, artifact: ModelArtifact, requests: pd.DataFrame
+) -> DriftReport:
+    """The weather of the outlook's windows against the champion's training split: how far the
+    forecast is from the weather the model learnt from. (The team's own inputs are one
+    expedition, a point against a population: not compared.)"""
+    planned = parse_planned(requests)
+    features, windows = planned_features(artifact, planned, list(planned.errors))
+    return weather_drift(
+        artifact.drift_reference,
+        features.with_columns(peakid=pl.col("window_id")),  # each row's own window
+        windows,
+        settings.drift.threshold,
+        settings.drift.min_rows,
+        f"the outlook's forecast weather ({', '.join(features['peakid'].unique().sort())}: "
+        f"{len(requests)} planned attempts)",
+    )
+
+
+def today(timezone: str) -> dt.date:
+    return dt.datetime.now(ZoneInfo(timezone)).date()
+
+
+def plan_outlook(settings: Settings, context: RunContext) -> OutlookReport:
+    """The outlook stage: each configured peak's outlook from its newest stored forecast, by
+    the champion; upserted into the outlooks table and charted in the run folder."""
+    config = settings.outlook
+    members = team(config)
+    first_day = config.first_day or today(settings.weather.timezone)
+    peakids = list(config.peaks)
+    with connect(settings.paths.warehouse, read_only=True) as con:
+        forecast_locations(con, peakids, settings.weather)  # coordinates still trusted
+        forecast = newest_forecast(con, peakids)
+    missing = [p for p in peakids if p not in forecast.sources]
+    if missing:
+        raise PipelineError(f"no forecast stored for {', '.join(missing)}: run the forecast first")
+    champion = champion_version(settings.mlflow)
+    version = str(champion.version)
+    model = load_verified(settings.mlflow.tracking_uri, champion.name, version)
+    artifact: ModelArtifact = model.unwrap_python_model().artifact
+    peaks, requests = [], []
+    for peakid in peakids:
+        daily = forecast.daily.filter(pl.col("peakid") == peakid)
+        source = forecast.sources[peakid]
+        peak, asked = outlook_for(model, config, members, peakid, first_day, daily, source)
+        peaks.append(peak)
+        requests.append(asked)
+    report = OutlookReport(
+        members=members,
+        peaks=tuple(peaks),
+        model_version=version,
+        trained_on=champion.tags.get(TAG_WEATHER_SOURCE, artifact.preprocessor.weather_source),
+        drift=forecast_drift(settings, artifact, pd.concat(requests, ignore_index=True)),
+    )
+    chart = plot_outlook(report, context.run_dir / CHART_FILE)
+    return replace(report, chart=chart, rows=write_outlooks(settings, report))
+
+
+def outlook_rows(report: OutlookReport) -> pl.DataFrame:
+    """The report as rows of the outlooks table: per peak, push day and member, and the team."""
+    records = []
+    for peak in report.peaks:
+        issued = issued_at(peak.weather_source)
+        for day in peak.days:
+            named = zip((m.name for m in report.members), day.members, strict=True)
+            for member, (p, low, high) in (*named, (TEAM, (day.expected, day.low, day.high))):
+                records.append(
+                    {
+                        "peakid": peak.peakid,
+                        "issued_at": issued,
+                        "push_day": day.day,
+                        "member": member,
+                        "probability": p,
+                        "band_low": low,
+                        "band_high": high,
+                        "model_version": report.model_version,
+                        "weather_source": peak.weather_source,
+                    }
+                )
+    return pl.DataFrame(records).with_columns(pl.col("issued_at").cast(pl.Datetime("us")))
+
+
+def write_outlooks(settings: Settings, report: OutlookReport) -> int:
+    """Upsert the report into `outlooks` (deepsummit/sql/outlook_upsert.sql): the same forecast,
+    model and team again replaces its rows, never duplicates them."""
+    frame = outlook_rows(report)
+    with connect(settings.paths.warehouse, lock_timeout_s=settings.warehouse.lock_timeout_s) as con:
+        run(con, "outlook_create_table")
+        with registered(con, outlook_batch=frame):
+            run(con, "outlook_upsert")
+    return frame.height
+
+
+def plot_outlook(report: OutlookReport, path: Path) -> Path:
+    """One panel per peak: each member's P by push day (thin) and the team's mean P with the
+    band of the model's seeds (bold), the best day marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, panels = plt.subplots(
+        len(report.peaks), 1, figsize=(8, 3.2 * len(report.peaks)), squeeze=False
+    )
+    size = len(report.members)
+    for axes, peak in zip(panels[:, 0], report.peaks, strict=True):
+        days = [d.day for d in peak.days]
+        for index in range(size):
+            axes.plot(days, [d.members[index][0] for d in peak.days], color="0.7", lw=0.8)
+        axes.fill_between(
+            days,
+            [d.low / size for d in peak.days],
+            [d.high / size for d in peak.days],
+            alpha=0.25,
+            label="seeds' band",
+        )
+        axes.plot(days, [d.expected / size for d in peak.days], marker="o", lw=2, label="team mean")
+        best = peak.best
+        late = days.index(best.day) > len(days) / 2  # label inwards, never off the panel
+        axes.annotate(
+            f"best {best.day:%d %b}",
+            (best.day, best.expected / size),
+            textcoords="offset points",
+            xytext=(0, 10),
+            ha="right" if late else "left",
+        )
+        # Up to a little above the highest P drawn (at least 0.1): on a 0–1 axis a winter
+        # outlook of a few percent would be a flat line.
+        highest = max(max(p, high) for d in peak.days for p, _, high in d.members)
+        axes.set(ylabel="P(summit)", ylim=(0, min(1.0, max(0.1, 1.2 * highest))))
+        axes.set_title(
+            f"{peak.peakid}: model v{report.model_version}, weather {peak.weather_source} "
+            f"(grey: each of {size} members)",
+            fontsize=9,
+        )
+        axes.legend(loc="lower right", fontsize=8)
+    figure.autofmt_xdate()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.tight_layout()
+    figure.savefig(path, dpi=80)
+    plt.close(figure)
+    return path

@@ -1,0 +1,122 @@
+"""`deepsummit predict`: a thin client of the registered model.
+
+It states one member's planned push in the model's input layout (deepsummit/serve/planned.py),
+adds the 90 days of weather up to the push day from the warehouse, in the source the champion
+was trained on, and asks the champion (its files checked against their registered digest). The
+features are built inside the model, by the training code, from what the model froze.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import duckdb
+import polars as pl
+
+from deepsummit.contracts.champion import TAG_WEATHER_SOURCE, champion_version, load_verified
+from deepsummit.core.config import Settings
+from deepsummit.core.errors import PipelineError
+from deepsummit.core.inputs import WEATHER_VARIABLES, WINDOW_DAYS
+from deepsummit.core.planned import planned_frame, planned_record, season_of
+from deepsummit.core.warehouse import connect, query
+from deepsummit.serve.planned import parse_planned
+
+TOP_TOKENS = 5
+
+
+@dataclass(frozen=True)
+class Prediction:
+    probability: float
+    low: float
+    high: float
+    top_tokens: str
+    notes: str
+    model_uri: str
+    model_version: str
+    weather_source: str
+    attempt: Mapping[str, Any]  # the planned attempt as stated (deepsummit/core/planned.py)
+
+    def render(self) -> str:
+        a = self.attempt
+        lines = [
+            f"P(summit) = {self.probability:.3f} (seeds {self.low:.3f}–{self.high:.3f}) for "
+            f"{a['peak']} on {a['push_date']} ({season_of(a)}), model {self.model_uri} "
+            f"(v{self.model_version}, weather {self.weather_source})",
+            "tokens that weighed most (attention rollout from CLS):",
+            *(f"  {token.strip()}" for token in self.top_tokens.split(";") if token.strip()),
+        ]
+        lines += [f"note: {note.strip()}" for note in self.notes.split(";") if note.strip()]
+        return "\n".join(lines)
+
+
+def check_known(con: duckdb.DuckDBPyConnection, planned: Mapping[str, Any]) -> None:
+    """Input the records have never seen: one clear line each, before any model is loaded."""
+    peak, nationality = planned["peak"], planned.get("nationality")
+    [known] = query(
+        con, "serving_known_inputs", {"peakid": peak, "nationality": nationality}
+    ).to_dicts()
+    if not known["peak_known"]:
+        raise PipelineError(f"unknown peak {peak!r}: not in the warehouse's peaks table")
+    if not known["nationality_known"]:
+        raise PipelineError(
+            f"unknown nationality {nationality!r}: no member of the records has "
+            "that citizenship (spell it as the records do, e.g. 'Nepal', 'USA', 'UK')"
+        )
+
+
+def daily_weather(
+    con: duckdb.DuckDBPyConnection, peak: str, push: dt.date, source: str
+) -> dict[str, list[float | None]]:
+    """The 90 daily values D-89 … D of each variable from weather_daily (None where absent)."""
+    days = pl.date_range(push - dt.timedelta(days=WINDOW_DAYS - 1), push, eager=True)
+    rows = query(
+        con,
+        "serving_daily_weather",
+        {"peakid": peak, "source": source, "first": days[0], "last": push},
+    )
+    frame = pl.DataFrame({"date": days}).join(rows, on="date", how="left")
+    missing = frame.filter(pl.all_horizontal(pl.col(WEATHER_VARIABLES).is_null())).height
+    if missing:
+        raise PipelineError(
+            f"no weather for {peak} on {push} in source {source!r}: {missing} of {WINDOW_DAYS} "
+            "days missing; load that period with `deepsummit weather` first"
+        )
+    return {name: frame[name].to_list() for name in WEATHER_VARIABLES}
+
+
+def predict_attempt(settings: Settings, planned: Mapping[str, Any]) -> Prediction:
+    """Score a planned attempt (field → value, as deepsummit/core/planned.py declares them; the
+    weather comes from the warehouse) with the champion."""
+    try:
+        record = planned_record(planned)
+    except ValueError as error:
+        raise PipelineError(str(error)) from None
+    [error] = parse_planned(planned_frame([record])).errors
+    if error:
+        raise PipelineError(error)
+    with connect(settings.paths.warehouse, read_only=True) as con:
+        check_known(con, planned)  # before the model download: bad input fails at once
+    champion = champion_version(settings.mlflow)
+    name, version = champion.name, str(champion.version)
+    source = champion.tags.get(TAG_WEATHER_SOURCE, settings.weather.source)
+    with connect(settings.paths.warehouse, read_only=True) as con:
+        weather = daily_weather(con, planned["peak"], planned["push_date"], source)
+    model = load_verified(settings.mlflow.tracking_uri, name, version)
+    request = planned_frame([{**record, "weather_source": source, **weather}])
+    [answer] = model.predict(request, params={"top_tokens": TOP_TOKENS}).to_dict(orient="records")
+    if answer["error"]:
+        raise PipelineError(answer["error"])
+    return Prediction(
+        probability=float(answer["probability"]),
+        low=float(answer["probability_low"]),
+        high=float(answer["probability_high"]),
+        top_tokens=answer["top_tokens"] or "",
+        notes=answer["notes"] or "",
+        model_uri=f"models:/{name}@{settings.mlflow.champion_alias}",
+        model_version=version,
+        weather_source=source,
+        attempt=dict(planned),
+    )

@@ -1,0 +1,221 @@
+"""Scoring planned attempts with a model artifact: the one path the registered pyfunc, `deepsummit
+predict` and the outlook share.
+
+The features are computed with the training code: the tabular SQL over the history tables frozen
+into the artifact (as of the records the model was trained with), the windows SQL over the
+request's 90 daily weather rows, the artifact's preprocessing. Each seed's network gives a
+logit, the calibration map turns it into a probability; the best seed's is the answer and the
+seeds' spread is its band.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import duckdb
+import numpy as np
+import pandas as pd
+import polars as pl
+import torch
+
+from deepsummit.contracts.arrays import FeatureArrays, predict_logits, to_tensors
+from deepsummit.contracts.artifact import ModelArtifact
+from deepsummit.core.inputs import WEATHER_VARIABLES, WINDOW_SCALES
+from deepsummit.features.tabular import attempt_features, register_history
+from deepsummit.features.windows import compute_windows
+from deepsummit.model.transformer import DeepSummitTransformer
+from deepsummit.serve.planned import PlannedRows, parse_planned
+
+REQUEST_SOURCE = "request"  # the weather_daily source name of a request's own rows
+OUTPUT_COLUMNS = ("probability", "probability_low", "probability_high", "error", "notes")
+
+
+def weather_token_names() -> tuple[str, ...]:
+    """Readable names of the 26 weather tokens: "weather 1d D-3", "weather 3d D-29…D-27"."""
+    names = []
+    for scale in WINDOW_SCALES:
+        width = scale.days_per_token
+        for bucket in range(scale.tokens):
+            newest = (scale.tokens - 1 - bucket) * width
+            oldest = newest + width - 1
+            day = "D" if newest == 0 else f"D-{newest}"
+            span = day if width == 1 else f"D-{oldest}…{day}"
+            names.append(f"weather {width}d {span}")
+    return tuple(names)
+
+
+def token_importance(model: DeepSummitTransformer, arrays: FeatureArrays) -> np.ndarray:
+    """Attention rollout from CLS (Abnar & Zuidema 2020), averaged over heads: (N, tokens − 1),
+    one share per non-CLS token, each row summing to 1. The residual path counts as half of
+    each layer's mixing, as in the paper."""
+    model.eval()
+    with torch.inference_mode():
+        _, attention = model(**to_tensors(arrays.model_inputs()), return_attention=True)
+    size = attention[0].shape[-1]
+    rollout = torch.eye(size).expand(len(arrays), size, size)
+    for layer in attention:
+        mixing = 0.5 * layer.mean(dim=1) + 0.5 * torch.eye(size)
+        rollout = (mixing / mixing.sum(dim=-1, keepdim=True)) @ rollout
+    from_cls = rollout[:, 0, 1:]
+    return (from_cls / from_cls.sum(dim=-1, keepdim=True)).numpy()
+
+
+@dataclass(frozen=True)
+class Scored:
+    """The model's answer per request row (NaN and an `error` where a row could not be scored)."""
+
+    probability: np.ndarray  # calibrated, the best seed's
+    low: np.ndarray  # the lowest and highest calibrated probability of the seeds
+    high: np.ndarray
+    errors: list[str | None]
+    notes: list[str]
+    top_tokens: list[list[tuple[str, float]]]
+
+    def frame(self, with_tokens: bool = False) -> pd.DataFrame:
+        """The answer as the pyfunc returns it. A row without a value holds None, never NaN,
+        so that the scoring server's JSON is JSON (`null`) for every client."""
+
+        def numbers(values: np.ndarray) -> pd.Series:
+            return pd.Series([None if np.isnan(v) else float(v) for v in values], dtype=object)
+
+        frame = pd.DataFrame(
+            {
+                "probability": numbers(self.probability),
+                "probability_low": numbers(self.low),
+                "probability_high": numbers(self.high),
+                "error": pd.Series(self.errors, dtype=object),
+                "notes": self.notes,
+            }
+        )
+        if with_tokens:
+            frame["top_tokens"] = [
+                "; ".join(f"{name} {share:.1%}" for name, share in tokens)
+                for tokens in self.top_tokens
+            ]
+        return frame
+
+
+def planned_features(
+    artifact: ModelArtifact, planned: PlannedRows, errors: list[str | None]
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The features and weather windows of the rows of `planned` the model can score, by the
+    training SQL (`window_id` = the row's position); a row it cannot gets its reason in
+    `errors` (one entry per request row)."""
+    attempts = _known_peaks(artifact, planned.attempts, errors)
+    if not attempts.height:
+        return pl.DataFrame(), pl.DataFrame()
+    with duckdb.connect() as con:
+        register_history(con, artifact.history)
+        prior = float(artifact.preprocessor.extra.get("success_rate_prior_strength", 0.0))
+        # Each request row has its own window, named by the row's position.
+        row_of = attempts.select("member_id", window_id=pl.col("row").cast(pl.String))
+        features = attempt_features(con, attempts, prior).join(row_of, on="member_id")
+        windows = _windows(con, attempts, planned.weather)
+    return _complete_windows(artifact, features, windows, errors)
+
+
+def score(artifact: ModelArtifact, request: pd.DataFrame, top_tokens: int = 0) -> Scored:
+    """Score every row of `request` (the layout of deepsummit/serve/planned.py)."""
+    planned = parse_planned(request)
+    n = len(planned.errors)
+    errors = list(planned.errors)
+    notes = [_source_note(artifact, source) for source in planned.sources]
+    probability, low, high = (np.full(n, np.nan) for _ in range(3))
+    tokens: list[list[tuple[str, float]]] = [[] for _ in range(n)]
+    features, windows = planned_features(artifact, planned, errors)
+    if features.height:
+        rows = features["window_id"].cast(pl.Int64).to_numpy()
+        arrays = artifact.preprocessor.transform(features, windows, ("window_id", "smtdate"))
+        inputs = arrays.model_inputs()
+        seeds = np.stack(
+            [
+                artifact.calibrator.probabilities(predict_logits(net, inputs, 1024))
+                for net in artifact.networks
+            ]
+        )
+        probability[rows], low[rows], high[rows] = seeds[0], seeds.min(0), seeds.max(0)
+        unknown = artifact.preprocessor.unknown_notes_by_row(features)
+        new_agency = _new_agency_notes(artifact, features)
+        for position, row in enumerate(rows):
+            found = [notes[row], *unknown[position], new_agency[position]]
+            notes[row] = "; ".join(filter(None, found))
+        if top_tokens:
+            names = (*artifact.preprocessor.inputs.names, *weather_token_names())
+            shares = token_importance(artifact.networks[0], arrays)
+            for position, row in enumerate(rows):
+                order = np.argsort(shares[position])[::-1][:top_tokens]
+                tokens[row] = [(names[i], float(shares[position, i])) for i in order]
+    return Scored(probability, low, high, errors, notes, tokens)
+
+
+def _new_agency_notes(artifact: ModelArtifact, features: pl.DataFrame) -> list[str]:
+    """Per row, a note when the model reads the agency's success rate and the records have no
+    earlier expedition of that agency (the rate is then the prior)."""
+    if "agency_success_rate" not in artifact.preprocessor.inputs.names:
+        return [""] * features.height
+    known = set(artifact.history["history_agencies"]["agency"].to_list())
+    return [
+        f"agency {agency!r} has no expedition in the records: its success rate is the prior"
+        if agency is not None and agency not in known
+        else ""
+        for agency in features["agency"].to_list()
+    ]
+
+
+def _source_note(artifact: ModelArtifact, source: str | None) -> str:
+    trained_on = artifact.preprocessor.weather_source
+    if source is None or source == trained_on:
+        return ""
+    return f"weather from {source!r}, the model was trained on {trained_on!r}"
+
+
+def _known_peaks(
+    artifact: ModelArtifact, attempts: pl.DataFrame, errors: list[str | None]
+) -> pl.DataFrame:
+    """The attempts on peaks the model's records know; the others get their error."""
+    known = set(artifact.history["history_peak_facts"]["peakid"].to_list())
+    for row, peak in attempts.select("row", "peakid").iter_rows():
+        if peak not in known:
+            errors[row] = f"unknown peak {peak!r}: not in the records the model was trained with"
+    return attempts.filter(pl.col("peakid").is_in(sorted(known)))
+
+
+def _windows(
+    con: duckdb.DuckDBPyConnection, attempts: pl.DataFrame, weather: pl.DataFrame
+) -> pl.DataFrame:
+    """The 26-token windows of each row's own daily weather (the training SQL)."""
+    # A day with no value at all is a day without weather (as an absent row is in training).
+    has_values = pl.any_horizontal(pl.col(WEATHER_VARIABLES).is_not_null())
+    daily = weather.filter(pl.col("row").is_in(attempts["row"].to_list()) & has_values).select(
+        pl.col("row").cast(pl.String).alias("peakid"),
+        "date",
+        pl.lit(REQUEST_SOURCE).alias("source"),
+        *WEATHER_VARIABLES,
+    )
+    con.register("weather_daily", daily)
+    targets = attempts.select(
+        pl.col("row").cast(pl.String).alias("peakid"), pl.col("smtdate").alias("date")
+    )
+    return compute_windows(con, targets, REQUEST_SOURCE)
+
+
+def _complete_windows(
+    artifact: ModelArtifact,
+    features: pl.DataFrame,
+    windows: pl.DataFrame,
+    errors: list[str | None],
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The rows whose window misses no more days than the model was trained with."""
+    allowed = int(artifact.preprocessor.extra.get("max_missing_days", 0))
+    missing = windows.group_by("peakid").agg(pl.col("missing_days").max())
+    too_many = missing.filter(pl.col("missing_days") > allowed)
+    for window_id, days in too_many.iter_rows():
+        errors[int(window_id)] = (
+            f"weather: {days} of 90 days missing (the model allows {allowed}); "
+            "send D-89 … D complete"
+        )
+    bad = set(too_many["peakid"].to_list())
+    return (
+        features.filter(~pl.col("window_id").is_in(sorted(bad))),
+        windows.filter(~pl.col("peakid").is_in(sorted(bad))),
+    )

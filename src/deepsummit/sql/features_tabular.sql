@@ -1,0 +1,114 @@
+-- The tabular features of each attempt in `attempt_input` (registered by
+-- deepsummit/features/tabular.py: the `attempts` table when building, planned attempts when
+-- serving), from the history tables of sql/features_history.sql: what was known before the
+-- attempt's season only.
+--
+-- Only seasons ranked strictly before the attempt's count (its own season: teammates and
+-- concurrent expeditions, and later ones never do). Success rates are member-level (share of
+-- members who summited, the label's own unit), smoothed toward the member rate of those same
+-- earlier seasons with $prior_strength pseudo-members: (summits + k * prior) / (members + k).
+-- With no earlier season at all a rate is NULL (missing). A route is (peakid, route1).
+-- Climber experience needs a person id (climber_id, native HDB export only): NULL (missing)
+-- without one; highest_prev_altitude_m is NULL when the climber has no earlier high point.
+-- is_sherpa: the TidyTuesday layout has no ethnicity; a hired member with Nepali citizenship
+-- is what the records mean by Sherpa staff.
+-- Oxygen: the expedition's plan (o2_planned) feeds both oxygen tokens; oxygen_used, recorded
+-- after the climb, is carried for the retrospective profile only.
+WITH input AS (
+    SELECT
+        a.*,
+        a.year * 4 + CASE a.season
+            WHEN 'Spring' THEN 0 WHEN 'Summer' THEN 1 WHEN 'Autumn' THEN 2 WHEN 'Winter' THEN 3
+        END AS season_rank
+    FROM attempt_input AS a
+),
+prior_rates AS (
+    SELECT k.season_rank, sum(t.summits) / sum(t.members) AS rate
+    FROM (SELECT DISTINCT season_rank FROM input) AS k
+    LEFT JOIN history_seasons AS t ON t.season_rank < k.season_rank
+    GROUP BY k.season_rank
+),
+peak_counts AS (
+    SELECT
+        k.peakid, k.season_rank,
+        coalesce(sum(t.members), 0) AS members, coalesce(sum(t.summits), 0) AS summits
+    FROM (SELECT DISTINCT peakid, season_rank FROM input) AS k
+    LEFT JOIN history_peaks AS t ON t.peakid = k.peakid AND t.season_rank < k.season_rank
+    GROUP BY k.peakid, k.season_rank
+),
+route_counts AS (
+    SELECT
+        k.peakid, k.route1, k.season_rank,
+        coalesce(sum(t.members), 0) AS members, coalesce(sum(t.summits), 0) AS summits
+    FROM (SELECT DISTINCT peakid, route1, season_rank FROM input WHERE route1 IS NOT NULL) AS k
+    LEFT JOIN history_routes AS t
+        ON t.peakid = k.peakid AND t.route1 = k.route1 AND t.season_rank < k.season_rank
+    GROUP BY k.peakid, k.route1, k.season_rank
+),
+agency_counts AS (
+    SELECT
+        k.agency, k.season_rank,
+        coalesce(sum(t.members), 0) AS members, coalesce(sum(t.summits), 0) AS summits
+    FROM (SELECT DISTINCT agency, season_rank FROM input WHERE agency IS NOT NULL) AS k
+    LEFT JOIN history_agencies AS t ON t.agency = k.agency AND t.season_rank < k.season_rank
+    GROUP BY k.agency, k.season_rank
+),
+experience AS (
+    SELECT
+        k.climber_id, k.season_rank,
+        coalesce(sum(h.expeditions), 0) AS prior_expeditions,
+        coalesce(sum(h.summits), 0) AS prior_summits,
+        max(h.highest_m) AS highest_prev_altitude_m
+    FROM (SELECT DISTINCT climber_id, season_rank FROM input WHERE climber_id IS NOT NULL) AS k
+    LEFT JOIN history_climbers AS h
+        ON h.climber_id = k.climber_id AND h.season_rank < k.season_rank
+    GROUP BY k.climber_id, k.season_rank
+)
+SELECT
+    i.expid,
+    i.member_id,
+    i.year,
+    i.smtdate,
+    -- numeric
+    i.age::DOUBLE AS age,
+    x.prior_expeditions::DOUBLE AS prior_expeditions,
+    x.prior_summits::DOUBLE AS prior_summits,
+    x.highest_prev_altitude_m::DOUBLE AS highest_prev_altitude_m,
+    nullif(i.totmembers, 0)::DOUBLE AS totmembers,  -- 0 members: not recorded
+    p.heightm::DOUBLE AS heightm,
+    (r.summits + $prior_strength * g.rate) / nullif(r.members + $prior_strength, 0)
+        AS route_success_rate,
+    (pk.summits + $prior_strength * g.rate) / nullif(pk.members + $prior_strength, 0)
+        AS peak_success_rate,
+    i.hired_staff::DOUBLE / nullif(i.totmembers, 0) AS staff_per_member,
+    -- Base camp reached 0 to 120 days before the push; anything else is a recording error.
+    CASE WHEN (i.smtdate - i.basecamp_date) BETWEEN 0 AND 120
+        THEN (i.smtdate - i.basecamp_date)::DOUBLE
+    END AS days_at_base_camp,
+    (ag.summits + $prior_strength * g.rate) / nullif(ag.members + $prior_strength, 0)
+        AS agency_success_rate,
+    -- categorical
+    i.citizenship AS nationality,
+    i.route1,
+    p.himal,
+    i.season,
+    i.style,
+    i.peakid,
+    i.agency,
+    -- binary (0/1, NULL = missing)
+    CASE i.sex WHEN 'M' THEN 1 WHEN 'F' THEN 0 END AS sex,
+    i.o2_planned::INTEGER AS oxygen_planned,
+    i.hired::INTEGER AS is_hired,
+    (i.hired AND i.citizenship ILIKE '%nepal%')::INTEGER AS is_sherpa,
+    i.commercial::INTEGER AS is_commercial,
+    i.o2_planned::INTEGER AS o2_available,
+    i.oxygen_used::INTEGER AS oxygen_used
+FROM input AS i
+LEFT JOIN history_peak_facts AS p ON p.peakid = i.peakid
+LEFT JOIN prior_rates AS g ON g.season_rank = i.season_rank
+LEFT JOIN peak_counts AS pk ON pk.peakid = i.peakid AND pk.season_rank = i.season_rank
+LEFT JOIN route_counts AS r
+    ON r.peakid = i.peakid AND r.route1 = i.route1 AND r.season_rank = i.season_rank
+LEFT JOIN agency_counts AS ag ON ag.agency = i.agency AND ag.season_rank = i.season_rank
+LEFT JOIN experience AS x ON x.climber_id = i.climber_id AND x.season_rank = i.season_rank
+ORDER BY i.year, i.expid, i.member_id

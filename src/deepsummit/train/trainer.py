@@ -1,0 +1,320 @@
+"""The trainer of the model spec (Part 7.3), resumable from a checkpoint written every epoch.
+
+AdamW (β from settings, weight decay only on the weights of linear maps), cosine decay after a
+linear warmup over the total number of steps, BCE on logits, gradient clipping, early stopping
+on validation AUC. Mixed precision only on CUDA, so the CPU path is exact and a run resumed
+from a checkpoint ends with the same weights, bit for bit, as one that was never interrupted:
+the loader's shuffle is seeded per epoch and the global torch RNG (dropout, DropPath) is saved
+with every checkpoint.
+
+Checkpoints and weights are plain tensors written with `torch.save` and read back with
+`torch.load(weights_only=True)`, which refuses to unpickle anything but tensors and containers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import pickle
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from sklearn.metrics import roc_auc_score
+from torch import nn
+
+from deepsummit.contracts.arrays import FeatureArrays, autocast_for, make_loader, predict_proba
+from deepsummit.contracts.artifact import load_tensors, save_tensors
+from deepsummit.core.config import TrainConfig
+from deepsummit.core.errors import PipelineError
+from deepsummit.model.config import ModelConfig
+from deepsummit.model.transformer import DeepSummitTransformer
+
+logger = logging.getLogger(__name__)
+
+CHECKPOINT_FILE = "last.pt"
+# Per-feature tokenizers and the missing-value projection are embeddings in the FT-Transformer
+# sense: decaying them pulls rare features/values toward zero, so they are left undecayed.
+NO_DECAY_MODULES = ("tabular_tokenizer", "missing_proj")
+
+
+@dataclass(frozen=True)
+class EpochRecord:
+    epoch: int  # 1-based
+    train_loss: float
+    val_loss: float
+    val_auc: float
+    learning_rate: float  # at the end of the epoch
+    seconds: float
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    model: DeepSummitTransformer  # in eval mode, holding the best epoch's weights, on CPU
+    config: ModelConfig
+    seed: int
+    history: tuple[EpochRecord, ...]
+    best_epoch: int
+    best_val_auc: float
+    stopped_early: bool
+    resumed_from_epoch: int  # 0 for a fresh run
+    train_rows: int
+    device: str
+    seconds: float  # wall time of this call (a resumed run counts only its own epochs)
+
+
+EpochCallback = Callable[[EpochRecord], None]
+
+
+def resolve_device(requested: str) -> torch.device:
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise PipelineError("train.device = cuda, but no CUDA device is available")
+    if requested == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(requested)
+
+
+def training_slice(arrays: FeatureArrays, max_rows: int | None, seed: int) -> FeatureArrays:
+    """At most `max_rows` rows, the same ones on every call: a seeded sample kept in order."""
+    if max_rows is None or max_rows >= len(arrays):
+        return arrays
+    rows = np.sort(np.random.default_rng(seed).choice(len(arrays), size=max_rows, replace=False))
+    return arrays.subset(rows)
+
+
+def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """Decay only the weights of linear maps; norms, biases and embeddings get none."""
+    decayed: set[int] = set()
+    for name, module in model.named_modules():
+        if isinstance(module, nn.Linear) and not any(part in name for part in NO_DECAY_MODULES):
+            decayed.add(id(module.weight))
+    parameters = [p for p in model.parameters() if p.requires_grad]
+    return [
+        {"params": [p for p in parameters if id(p) in decayed], "weight_decay": weight_decay},
+        {"params": [p for p in parameters if id(p) not in decayed], "weight_decay": 0.0},
+    ]
+
+
+def warmup_cosine(total_steps: int, warmup_fraction: float) -> Callable[[int], float]:
+    """LR multiplier: linear from 1/warmup to 1 over the warmup steps, then cosine to 0."""
+    warmup = max(1, math.ceil(warmup_fraction * total_steps))
+
+    def multiplier(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = (step - warmup) / max(1, total_steps - warmup)
+        return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+
+    return multiplier
+
+
+def checkpoint_signature(config: ModelConfig, train_config: TrainConfig, train_rows: int) -> str:
+    """What a checkpoint must match to be resumed: architecture, training knobs, data size."""
+    excluded = {*TrainConfig.OPERATIONAL, "device", "num_threads"}
+    knobs = train_config.model_dump(exclude=excluded)
+    document = json.dumps(
+        {"model": asdict(config), "train": knobs, "rows": train_rows}, sort_keys=True, default=str
+    )
+    return hashlib.sha256(document.encode()).hexdigest()[:16]
+
+
+def _bce(labels: np.ndarray, probabilities: np.ndarray) -> float:
+    p = np.clip(probabilities, 1e-7, 1 - 1e-7)
+    return float(-np.mean(labels * np.log(p) + (1 - labels) * np.log(1 - p)))
+
+
+def train_model(
+    train_config: TrainConfig,
+    architecture: ModelConfig,
+    train: FeatureArrays,
+    validation: FeatureArrays,
+    dimensions: dict[str, Any],
+    checkpoint_dir: Path,
+    on_epoch_end: EpochCallback | None = None,
+) -> TrainResult:
+    """Train (or resume from `checkpoint_dir/last.pt`) and return the best epoch's model."""
+    started = time.perf_counter()
+    if train_config.num_threads:
+        torch.set_num_threads(train_config.num_threads)
+    device = resolve_device(train_config.device)
+    train = training_slice(train, train_config.max_train_rows, train_config.seed)
+    if len(np.unique(validation.label)) < 2:
+        raise PipelineError("validation split has a single class: validation AUC is undefined")
+
+    config = architecture.with_inputs(dimensions)
+    torch.manual_seed(train_config.seed)
+    np.random.seed(train_config.seed)
+    model = DeepSummitTransformer(config).to(device)
+    optimizer = torch.optim.AdamW(
+        parameter_groups(model, train_config.weight_decay),
+        lr=train_config.learning_rate,
+        betas=train_config.betas,
+    )
+    steps_per_epoch = math.ceil(len(train) / train_config.batch_size)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer,
+        warmup_cosine(train_config.max_epochs * steps_per_epoch, train_config.warmup_fraction),
+    )
+    # fp16 needs loss scaling; bf16 (and CPU) does not.
+    scaler = torch.amp.GradScaler(
+        "cuda", enabled=device.type == "cuda" and not torch.cuda.is_bf16_supported()
+    )
+    loss_fn = nn.BCEWithLogitsLoss()
+
+    state = _TrainingState(signature=checkpoint_signature(config, train_config, len(train)))
+    checkpoint = checkpoint_dir / CHECKPOINT_FILE
+    if checkpoint.exists():
+        state = _resume(checkpoint, state, model, optimizer, scheduler, scaler)
+    resumed_from = state.epoch
+
+    while state.epoch < train_config.max_epochs and state.bad_epochs < train_config.patience:
+        epoch_started = time.perf_counter()
+        model.train()
+        loader = make_loader(
+            train, train_config.batch_size, shuffle=True, seed=train_config.seed + state.epoch
+        )
+        total_loss = 0.0
+        for inputs, labels in loader:
+            inputs = {k: v.to(device, non_blocking=True) for k, v in inputs.items()}
+            labels = labels.to(device, non_blocking=True)
+            with autocast_for(device):
+                loss = loss_fn(model(**inputs).float(), labels)
+            optimizer.zero_grad(set_to_none=True)
+            scaler.scale(loss).backward()
+            scaler.unscale_(optimizer)
+            nn.utils.clip_grad_norm_(model.parameters(), train_config.grad_clip_norm)
+            scaler.step(optimizer)
+            scaler.update()
+            scheduler.step()
+            total_loss += loss.item() * len(labels)
+
+        val_probabilities = predict_proba(
+            model, validation, 4 * train_config.batch_size, str(device)
+        )
+        record = EpochRecord(
+            epoch=state.epoch + 1,
+            train_loss=total_loss / len(train),
+            val_loss=_bce(validation.label, val_probabilities),
+            val_auc=float(roc_auc_score(validation.label, val_probabilities)),
+            learning_rate=scheduler.get_last_lr()[0],
+            seconds=time.perf_counter() - epoch_started,
+        )
+        state.advance(record, model)
+        # What is left at the pace of this run's epochs so far (early stopping may end sooner).
+        done_here = state.epoch - resumed_from
+        left = (train_config.max_epochs - state.epoch) * (time.perf_counter() - started) / done_here
+        logger.info(
+            "seed %d epoch %d/%d  loss %.4f  val_loss %.4f  val_auc %.4f  lr %.2e  %.1fs"
+            "  ETA %.0fs",
+            train_config.seed,
+            record.epoch,
+            train_config.max_epochs,
+            record.train_loss,
+            record.val_loss,
+            record.val_auc,
+            record.learning_rate,
+            record.seconds,
+            left,
+        )
+        save_tensors(checkpoint, state.checkpoint(model, optimizer, scheduler, scaler, device))
+        if on_epoch_end is not None:
+            on_epoch_end(record)
+
+    model.load_state_dict(state.best_state)
+    model = model.cpu().eval()
+    return TrainResult(
+        model=model,
+        config=config,
+        seed=train_config.seed,
+        history=tuple(state.history),
+        best_epoch=state.best_epoch,
+        best_val_auc=state.best_val_auc,
+        stopped_early=state.bad_epochs >= train_config.patience,
+        resumed_from_epoch=resumed_from,
+        train_rows=len(train),
+        device=str(device),
+        seconds=time.perf_counter() - started,
+    )
+
+
+@dataclass
+class _TrainingState:
+    """What survives a crash besides the model, optimizer and scheduler: progress and the best
+    epoch."""
+
+    signature: str  # checkpoint_signature: a checkpoint of another configuration is ignored
+    epoch: int = 0
+    best_epoch: int = 0
+    best_val_auc: float = -math.inf
+    bad_epochs: int = 0
+    best_state: dict[str, torch.Tensor] | None = None
+    history: list[EpochRecord] | None = None
+
+    def advance(self, record: EpochRecord, model: nn.Module) -> None:
+        self.epoch = record.epoch
+        self.history = [*(self.history or []), record]
+        if record.val_auc > self.best_val_auc:
+            self.best_val_auc, self.best_epoch, self.bad_epochs = record.val_auc, record.epoch, 0
+            self.best_state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+        else:
+            self.bad_epochs += 1
+
+    def checkpoint(self, model, optimizer, scheduler, scaler, device: torch.device) -> dict:
+        return {
+            "signature": self.signature,
+            "epoch": self.epoch,
+            "best_epoch": self.best_epoch,
+            "best_val_auc": self.best_val_auc,
+            "bad_epochs": self.bad_epochs,
+            "best_state": self.best_state,
+            "history": [asdict(record) for record in self.history or []],
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict(),
+            "scaler": scaler.state_dict(),
+            "torch_rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
+        }
+
+
+# What torch.load raises on a file cut short or damaged (empty, truncated zip, flipped bytes,
+# not a torch file at all).
+UNREADABLE_CHECKPOINT = (EOFError, OSError, RuntimeError, ValueError, pickle.UnpicklingError)
+
+
+def _resume(checkpoint: Path, fresh: _TrainingState, model, optimizer, scheduler, scaler):
+    try:
+        saved = load_tensors(checkpoint)
+    except UNREADABLE_CHECKPOINT as error:
+        # Losing the epochs done so far costs less than a run that cannot start; the file is
+        # replaced by the first new checkpoint.
+        first_line = next(iter(str(error).strip().splitlines()), "")[:120]
+        reason = f"{type(error).__name__}: {first_line}" if first_line else type(error).__name__
+        logger.warning("%s is unreadable (%s); training from scratch", checkpoint, reason)
+        return fresh
+    if not isinstance(saved, dict) or saved.get("signature") != fresh.signature:
+        logger.warning("%s belongs to another configuration; training from scratch", checkpoint)
+        return fresh
+    model.load_state_dict(saved["model"])
+    optimizer.load_state_dict(saved["optimizer"])
+    scheduler.load_state_dict(saved["scheduler"])
+    scaler.load_state_dict(saved["scaler"])
+    torch.set_rng_state(saved["torch_rng"])
+    if saved["cuda_rng"] is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state(saved["cuda_rng"])
+    logger.info("resuming from %s after epoch %d", checkpoint, saved["epoch"])
+    return replace(
+        fresh,
+        epoch=saved["epoch"],
+        best_epoch=saved["best_epoch"],
+        best_val_auc=saved["best_val_auc"],
+        bad_epochs=saved["bad_epochs"],
+        best_state=saved["best_state"],
+        history=[EpochRecord(**record) for record in saved["history"]],
+    )

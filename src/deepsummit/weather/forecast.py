@@ -1,0 +1,226 @@
+"""Weather for days that have not happened yet: the Open-Meteo forecast API (`/v1/forecast`),
+through the same `openmeteo-requests` client, cache, retries and rate limiter as the archive.
+
+One request per peak covers a whole 90-day window and the two weeks ahead: `past_days` (up to
+92) of recent days and `forecast_days` (up to 16) from today, in the Nepal calendar. Each answer
+is stored in weather_daily under its own source, `forecast@<issue time>`: the time Open-Meteo
+answered (a cached answer keeps its time), so an outlook says exactly which forecast fed it and
+can be computed again from it. Answers are cached for `forecast.cache_expire_s`, not for good.
+
+How it differs from what the model was trained on (the archive, data/README.md §4): the
+forecast's daily values are true daily aggregates (maximum over the day, 24-hour sums) at the
+summit's coordinates and elevation, from Open-Meteo's best-matching weather models (ECMWF IFS,
+GFS, ICON… at 9-25 km), while the archive's are pre-dawn single-hour values of a 3°×3° ERA5 box
+mean at 2.5-3 km. The model is only ever trained on one source, and every outlook names the
+source that fed it next to the one the model learnt from.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import polars as pl
+
+from deepsummit.core.config import Settings, WeatherConfig
+from deepsummit.core.context import RunContext
+from deepsummit.core.errors import PipelineError, QuotaExhausted
+from deepsummit.core.warehouse import connect, query
+from deepsummit.weather import ledger, openmeteo, store
+from deepsummit.weather.cost import DAY_S, RateLimiter
+from deepsummit.weather.plan import Location, PlannedRequest
+
+FORECAST = "forecast"
+# Coordinates a person can rely on for a summit forecast (peaks.csv's coord_source): published
+# summit coordinates, or a sub-summit placed at its parent's.
+TRUSTED_COORDINATES = ("published", "parent-summit")
+
+
+ISSUE_FORMAT = "%Y-%m-%dT%H:%MZ"  # UTC, to the minute
+
+
+def issue_source(issued: dt.datetime) -> str:
+    """The weather_daily source of a forecast issued at `issued`."""
+    return f"{FORECAST}@{issued.astimezone(dt.UTC):{ISSUE_FORMAT}}"
+
+
+def issued_at(source: str) -> dt.datetime:
+    """The issue time (UTC, naive) of a forecast source `forecast@<issue time>`."""
+    return dt.datetime.strptime(source.removeprefix(f"{FORECAST}@"), ISSUE_FORMAT)
+
+
+@dataclass(frozen=True)
+class ForecastRequest(PlannedRequest):
+    """One peak: `past_days` before today and `forecast_days` from today (local calendar)."""
+
+    past_days: int = 92
+    forecast_days: int = 16
+
+    def params(self, config: WeatherConfig) -> dict[str, Any]:
+        (location,) = self.locations
+        params: dict[str, Any] = {
+            "latitude": f"{location.latitude:.4f}",
+            "longitude": f"{location.longitude:.4f}",
+            "daily": ",".join(self.variables),
+            "timezone": config.timezone,
+            "past_days": self.past_days,
+            "forecast_days": self.forecast_days,
+        }
+        if location.elevation is not None:
+            params["elevation"] = f"{location.elevation:g}"
+        return params
+
+
+class ForecastSource(openmeteo.OpenMeteoSource):
+    """Answers stored under the source of their issue time."""
+
+    def source_name(self) -> str:
+        return issue_source(self.watch.created_at or dt.datetime.now(dt.UTC))
+
+
+@dataclass(frozen=True)
+class PeakForecast:
+    peakid: str
+    source: str | None  # forecast@<issue time> of the stored answer, None if none came
+    first_day: dt.date
+    last_day: dt.date
+    stored_days: int
+
+
+@dataclass(frozen=True)
+class ForecastReport:
+    peaks: tuple[PeakForecast, ...]
+    requests: int
+    weighted_calls: float
+    rejected: tuple[str, ...]
+    rows: int  # forecast rows in weather_daily, every issue
+    digest: str  # of those rows
+
+    @property
+    def problem(self) -> str | None:
+        """Why this is not the stage's result yet (a retry asks again), or None."""
+        if not self.rejected:
+            return None
+        return f"{len(self.rejected)} forecast responses rejected; a retry asks again"
+
+    def render(self) -> str:
+        lines = [f"forecast: {self.requests} requests, {self.weighted_calls:.1f} weighted calls"]
+        lines += [
+            f"  {p.peakid:<6} {p.source or 'no answer':<28} {p.first_day} … {p.last_day} "
+            f"({p.stored_days} days)"
+            for p in self.peaks
+        ]
+        lines += [f"  rejected response: {reason}" for reason in self.rejected]
+        return "\n".join(lines)
+
+
+def forecast_locations(con: Any, peakids: list[str], config: WeatherConfig) -> dict[str, Location]:
+    """Each peak's location; a peak that is unknown or whose coordinates are not trusted is
+    one clear line."""
+    found = {
+        row["peakid"]: row
+        for row in query(con, "forecast_peaks", {"peakids": peakids}).iter_rows(named=True)
+    }
+    locations = {}
+    for peakid in peakids:
+        row = found.get(peakid)
+        if row is None:
+            raise PipelineError(f"unknown peak {peakid!r}: not in the warehouse's peaks table")
+        if row["coord_source"] not in TRUSTED_COORDINATES:
+            raise PipelineError(
+                f"{peakid}: no trusted coordinates for a summit forecast (coord_source "
+                f"{row['coord_source']!r}; trusted: {', '.join(TRUSTED_COORDINATES)}); set "
+                "published coordinates in peaks.csv"
+            )
+        elevation = float(row["heightm"]) if config.elevation == "peak" and row["heightm"] else None
+        if config.elevation != "peak":
+            elevation = float(config.elevation)
+        locations[peakid] = Location(peakid, row["latitude"], row["longitude"], elevation)
+    return locations
+
+
+def load_forecast(
+    settings: Settings,
+    context: RunContext,
+    peakids: list[str] | None = None,
+    sleep: Callable[[float], None] | None = None,
+    clock: Callable[[], float] | None = None,
+) -> ForecastReport:
+    """Fetch (or take from the cache) and store the forecast of each peak in `peakids`
+    (default: the outlook's peaks)."""
+    peakids = list(peakids or settings.outlook.peaks)
+    forecast = settings.forecast
+    # The archive client's settings, pointed at the forecast endpoint and its own cache.
+    config = settings.weather.model_copy(
+        update={"api_url": forecast.api_url, "cache_path": forecast.cache_path}
+    )
+    open_warehouse = partial(
+        connect, settings.paths.warehouse, lock_timeout_s=settings.warehouse.lock_timeout_s
+    )
+    today = dt.datetime.now(ZoneInfo(config.timezone)).date()
+    timing: dict[str, Any] = {k: v for k, v in (("sleep", sleep), ("clock", clock)) if v}
+    with open_warehouse() as con:
+        store.ensure_tables(con)
+        locations = forecast_locations(con, peakids, config)
+        limiter = RateLimiter(config.limits, **timing)
+        limiter.calls.extend(ledger.calls_since(con, config.api_url, limiter.clock() - DAY_S))
+    source = ForecastSource(
+        config,
+        limiter,
+        expire_after_s=forecast.cache_expire_s,
+        **({"sleep": sleep} if sleep else {}),
+    )
+    plan = [
+        ForecastRequest(
+            start=today - dt.timedelta(days=forecast.past_days),
+            end=today + dt.timedelta(days=forecast.forecast_days - 1),
+            locations=(location,),
+            past_days=forecast.past_days,
+            forecast_days=forecast.forecast_days,
+        )
+        for location in locations.values()
+    ]
+    outcome = openmeteo.fetch_requests(open_warehouse, source, plan, context.progress)
+    if outcome.stopped:
+        raise QuotaExhausted(f"forecast: {outcome.stopped}")
+    with open_warehouse(read_only=True) as con:
+        newest = newest_forecast(con, list(locations))
+        rows, digest = store.content_digest(con, forecasts=True)
+    days = newest.daily.group_by("peakid").len() if newest.daily.height else pl.DataFrame()
+    stored = dict(days.iter_rows()) if days.height else {}
+    return ForecastReport(
+        peaks=tuple(
+            PeakForecast(
+                peakid=request.locations[0].peakid,
+                source=newest.sources.get(request.locations[0].peakid),
+                first_day=request.start,
+                last_day=request.end,
+                stored_days=stored.get(request.locations[0].peakid, 0),
+            )
+            for request in plan
+        ),
+        requests=sum(outcome.requests.values()),
+        weighted_calls=sum(outcome.weighted_calls.values()),
+        rejected=tuple(outcome.rejected),
+        rows=rows,
+        digest=digest,
+    )
+
+
+@dataclass(frozen=True)
+class ForecastWeather:
+    """The newest stored forecast of each peak: its source and its daily rows."""
+
+    sources: dict[str, str] = field(default_factory=dict)  # peakid → forecast@<issue time>
+    daily: pl.DataFrame = field(default_factory=pl.DataFrame)
+
+
+def newest_forecast(con: Any, peakids: list[str]) -> ForecastWeather:
+    """The newest stored forecast of each peak in `peakids` (peaks without one are left out)."""
+    rows = query(con, "forecast_newest", {"peakids": peakids})
+    sources = dict(rows.select("peakid", "source").unique().iter_rows())
+    return ForecastWeather(sources, rows)

@@ -1,0 +1,143 @@
+"""The weather stage: fill weather_daily from the configured source for the attempts' windows.
+
+Stopping at Open-Meteo's daily limit: everything fetched so far is already stored (each
+request in its own transaction); `load_weather` writes the report to the run folder and then
+raises QuotaExhausted, whose one line says what is stored, what is missing and that a rerun
+fetches the rest. The CLI prints that line and exits 1; the next run asks only for the
+missing days. Rejected responses do not raise: the report lists them and `complete` is False.
+The rate limiter starts from the calls `weather_api_calls` holds for the last 24 hours, so a
+rerun the same day does not spend the daily budget twice.
+
+The warehouse is held only while this stage reads or writes it: once to read what is missing,
+once per stored response (deepsummit.weather.openmeteo), once to report; never across a request
+or a rate-limit wait, so another stage waiting for it is not held up by the API.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
+import duckdb
+
+from deepsummit.core.config import Settings, WeatherConfig
+from deepsummit.core.context import Progress, RunContext
+from deepsummit.core.errors import QuotaExhausted
+from deepsummit.core.warehouse import connect, query
+from deepsummit.weather import archive, ledger, needs, openmeteo, store
+from deepsummit.weather.cost import DAY_S, RateLimiter
+from deepsummit.weather.openmeteo import OpenWarehouse
+from deepsummit.weather.plan import plan_requests
+from deepsummit.weather.report import PeakWeather, WeatherReport
+
+REPORT_FILE = "weather_report.md"
+
+
+def _fetchable_peaks(con: duckdb.DuckDBPyConnection) -> set[str]:
+    return set(query(con, "weather_fetchable_peak_ids")["peakid"])
+
+
+def _prepare(con: duckdb.DuckDBPyConnection) -> None:
+    """The tables and this connection's temp tables of the days the attempts need."""
+    store.ensure_tables(con)
+    needs.prepare_needed_days(con)
+
+
+def _report(
+    con: duckdb.DuckDBPyConnection,
+    settings: Settings,
+    skipped: tuple[needs.SkippedPeak, ...],
+    outcome: openmeteo.FetchOutcome,
+) -> WeatherReport:
+    source = settings.weather.source
+    peaks = tuple(
+        PeakWeather(
+            peakid=row["peakid"],
+            stored_days=row["stored_days"],
+            needed_days=row["needed_days"],
+            missing_days=row["missing_days"],
+            quarantined_days=row["quarantined_days"],
+            before_first_date=row["before_first_date"],
+            requests=outcome.requests.get(row["peakid"], 0),
+            weighted_calls=outcome.weighted_calls.get(row["peakid"], 0.0),
+        )
+        for row in needs.coverage(con, source, settings.weather).iter_rows(named=True)
+    )
+    rows, digest = store.content_digest(con)
+    return WeatherReport(
+        source=source,
+        peaks=peaks,
+        skipped=skipped,
+        requests=sum(outcome.requests.values()),
+        weighted_calls=sum(outcome.weighted_calls.values()),
+        stored=outcome.stored,
+        quarantined=outcome.quarantined,
+        rejected=tuple(outcome.rejected),
+        stopped=outcome.stopped,
+        rows=rows,
+        digest=digest,
+    )
+
+
+def _load_archive(open_warehouse: OpenWarehouse, settings: Settings) -> openmeteo.FetchOutcome:
+    """The bundled file, read and stored in one transaction (no API to wait for)."""
+    with open_warehouse() as con:
+        _prepare(con)
+        loaded = archive.load_archive(
+            con, Path(settings.data_location(settings.weather.archive_path)), _fetchable_peaks(con)
+        )
+    return openmeteo.FetchOutcome(stored=loaded.stored, quarantined=loaded.quarantined)
+
+
+def _fetch_open_meteo(
+    open_warehouse: OpenWarehouse,
+    config: WeatherConfig,
+    sleep: Callable[[float], None],
+    clock: Callable[[], float],
+    progress: Progress,
+) -> openmeteo.FetchOutcome:
+    """Plan from what is missing and what the last 24 hours spent, then fetch with the
+    warehouse closed (openmeteo.fetch_requests opens it per stored response)."""
+    with open_warehouse() as con:
+        _prepare(con)
+        spans = needs.missing_spans(con, config.source, config)
+        sent_earlier = ledger.calls_since(con, config.api_url, clock() - DAY_S)
+    limiter = RateLimiter(config.limits, clock=clock, sleep=sleep)
+    limiter.calls.extend(sent_earlier)
+    source = openmeteo.OpenMeteoSource(config, limiter, sleep=sleep)
+    plan = plan_requests(spans, config)
+    return openmeteo.fetch_requests(open_warehouse, source, plan, progress)
+
+
+def load_weather(
+    settings: Settings,
+    context: RunContext,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.time,
+) -> WeatherReport:
+    """Store the weather the attempts need from settings.weather.source ("archive" or
+    "open-meteo"); `sleep`/`clock` drive the rate limiter and backoff (tests inject them)."""
+    config = settings.weather
+    open_warehouse = partial(
+        connect, settings.paths.warehouse, lock_timeout_s=settings.warehouse.lock_timeout_s
+    )
+    if config.source == "archive":
+        outcome = _load_archive(open_warehouse, settings)
+    else:
+        outcome = _fetch_open_meteo(open_warehouse, config, sleep, clock, context.progress)
+    with open_warehouse() as con:
+        _prepare(con)
+        skipped = needs.skipped_peaks(con)
+        report = _report(con, settings, skipped, outcome)
+    context.run_dir.mkdir(parents=True, exist_ok=True)
+    (context.run_dir / REPORT_FILE).write_text(report.render() + "\n")
+    if report.stopped:
+        raise QuotaExhausted(
+            f"weather: {report.stopped}; stored {report.stored:,} rows this run, "
+            f"{report.missing_days:,} needed days still missing "
+            f"(report: {context.run_dir / REPORT_FILE}); run `deepsummit weather` again later, "
+            "it fetches only what is missing"
+        )
+    return report
