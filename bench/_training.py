@@ -34,7 +34,6 @@ from deepsummit.core.config import Settings, load_settings, nested_overrides
 from deepsummit.core.inputs import InputSet
 from deepsummit.train import stage
 from deepsummit.train.bootstrap import Interval
-from deepsummit.train.stage import registered_first
 from deepsummit.train.trainer import TrainResult
 
 
@@ -109,7 +108,7 @@ def train_seeds(
     settings: Settings, arrays: dict[str, FeatureArrays], dimensions: dict[str, Any]
 ) -> list[TrainResult]:
     """The transformer trained once per seed as the train stage trains it, without logging its
-    epochs to MLflow, the one it registers (best validation AUC) first."""
+    epochs to MLflow."""
     with tempfile.TemporaryDirectory() as checkpoints:
         results = stage.train_seeds(
             settings.train,
@@ -119,7 +118,7 @@ def train_seeds(
             Path(checkpoints),
             epoch_log=lambda record, prefix: None,
         )
-    return registered_first(results)
+    return results
 
 
 def render_signed(interval: Interval) -> str:

@@ -17,7 +17,7 @@ Input sets (a is always run: every difference is taken against it):
      `retrospective` profile adds); never a decision-time model
 
 Per set: the transformer trained `train.seeds` times (cpu profile, seeds seed, seed + 1, …), the
-registered one being the best by validation AUC, and LightGBM on the stage's training slice; both
+registered answer being their mean logit, and LightGBM on the stage's training slice; both
 calibrated on validation with `train.calibration` and scored on the identical test rows by
 deepsummit.train.comparison.compare, with 95% intervals from the expedition bootstrap of
 deepsummit/train/bootstrap.py (Brier and ECE after calibration; the ECE before it beside them).
@@ -31,7 +31,6 @@ replicates. The transformer's train seconds add up its seeds. Prints markdown.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import logging
 import os
 import time
@@ -55,8 +54,8 @@ from deepsummit.core.config import Settings
 from deepsummit.core.inputs import SPEC_INPUTS, InputSet
 from deepsummit.train.baselines import lightgbm
 from deepsummit.train.bootstrap import paired_auc_difference, replicate_weights
-from deepsummit.train.comparison import TRANSFORMER, Comparison, SeedSpread, compare, logit
-from deepsummit.train.stage import seed_spread, transformer_predictions
+from deepsummit.train.comparison import TRANSFORMER, Comparison, SeedSpread, logit
+from deepsummit.train.stage import compare_with_seeds, transformer_predictions
 from deepsummit.train.trainer import training_slice
 
 logger = logging.getLogger("ablation")
@@ -101,15 +100,6 @@ def input_variants(shipped: InputSet) -> dict[str, InputVariant]:
     }
 
 
-def weather_masked(arrays: FeatureArrays) -> FeatureArrays:
-    """The arrays with every weather value missing (what a window without data looks like)."""
-    return dataclasses.replace(
-        arrays,
-        weather=np.zeros_like(arrays.weather),
-        weather_missing=np.ones_like(arrays.weather_missing),
-    )
-
-
 def evaluate(
     settings: Settings,
     arrays: dict[str, FeatureArrays],
@@ -125,10 +115,7 @@ def evaluate(
         transformer_predictions(results, arrays),
         lightgbm(train, validation, test, train_config.seed, train_config.num_threads),
     ]
-    seeds = seed_spread(results, test)
-    comparison = compare(
-        models, validation.label, test.label, groups, train_config.calibration, seeds
-    )
+    comparison = compare_with_seeds(models, results, arrays, groups, train_config.calibration)
     calibrated = {
         m.name: comparison.calibrators[m.name].probabilities(logit(m.test)) for m in models
     }
@@ -161,8 +148,10 @@ def table_rows(
     return lines
 
 
-def render_seeds(seeds: SeedSpread) -> str:
-    """Mean ± sd of the seeds' test AUCs, then each one (the registered seed first)."""
+def render_seeds(seeds: SeedSpread | None) -> str:
+    """Mean ± sd of the seeds' test AUCs, then each one."""
+    if seeds is None:
+        return "–"
     aucs, sd = seeds.test_auc, seeds.test_auc_sd
     spread = f" ± {sd:.4f}" if sd is not None else ""
     return f"{np.mean(aucs):.4f}{spread} ({', '.join(f'{a:.4f}' for a in aucs)})"
@@ -190,7 +179,7 @@ def main() -> None:
     print(
         f"features {snapshot}; calibration {train_config.calibration} on validation; "
         f"transformer: profile {settings.profile}, {train_config.seeds} seed(s) from "
-        f"{train_config.seed}, registered = best validation AUC; train rows "
+        f"{train_config.seed}, registered = the seeds' mean logit; train rows "
         f"{train_config.max_train_rows or 'all'}; threads {train_config.num_threads}; "
         f"95% CIs over {len(np.unique(groups)):,} test expeditions\n"
     )
@@ -206,7 +195,7 @@ def main() -> None:
         logger.info("set (%s) %s: %s", key, variant.name, ", ".join(variant.inputs.names))
         arrays, preprocessor = input_set_arrays(snapshot, variant.inputs)
         if not variant.weather:
-            arrays = {split: weather_masked(a) for split, a in arrays.items()}
+            arrays = {split: a.without_weather() for split, a in arrays.items()}
         results[key] = evaluate(settings, arrays, preprocessor.model_dimensions(), groups)
         labels = arrays["test"].label
         for line in table_rows(key, variant, results[key], results[REFERENCE], labels, weights):

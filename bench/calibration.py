@@ -8,7 +8,7 @@ shipped model: none, temperature, Platt and isotonic, each scored by ECE and Bri
   does).
 
 The model is the transformer with the cpu profile's inputs, trained as the train stage trains
-it; the seed it registers (best validation AUC of `train.seeds`) is calibrated. 95% intervals
+it; the answer it registers (the mean logit of `train.seeds` seeds) is calibrated. 95% intervals
 come from the expedition bootstrap of deepsummit/train/bootstrap.py, on each split's own
 expeditions; ΔECE vs none is paired (the same replicates). Prints a markdown table and the
 method that validation cross-fitting would choose (lowest ECE).
@@ -39,7 +39,6 @@ from _training import (
 )
 from sklearn.model_selection import GroupKFold
 
-from deepsummit.contracts.arrays import predict_proba
 from deepsummit.contracts.calibration import Calibrator, Method
 from deepsummit.train.bootstrap import (
     LEVEL,
@@ -49,6 +48,7 @@ from deepsummit.train.bootstrap import (
     weighted_ece,
 )
 from deepsummit.train.comparison import logit
+from deepsummit.train.stage import transformer_predictions
 
 METHODS: tuple[Method, ...] = get_args(Method)
 FOLD_SEED = 0
@@ -85,7 +85,7 @@ def paired_difference(
 @dataclass(frozen=True)
 class Split:
     labels: np.ndarray
-    logits: np.ndarray  # the registered seed's, before calibration
+    logits: np.ndarray  # the seeds' mean logit, before calibration
     groups: np.ndarray  # expedition of each row
     weights: np.ndarray  # bootstrap replicates over those expeditions
 
@@ -99,13 +99,14 @@ def main() -> None:
     settings = bench_settings(args)
     snapshot = snapshot_location(args, settings)
     arrays, preprocessor = input_set_arrays(snapshot, settings.features.model_inputs())
-    best, *_ = train_seeds(settings, arrays, preprocessor.model_dimensions())
+    results = train_seeds(settings, arrays, preprocessor.model_dimensions())
+    ensemble = transformer_predictions(results, arrays)
     splits = {}
     for name in ("validation", "test"):
         groups = split_groups(snapshot, name)
         splits[name] = Split(
             arrays[name].label.astype(np.float64),
-            logit(predict_proba(best.model, arrays[name])),
+            logit(ensemble.predict(arrays[name])),
             groups,
             replicate_weights(groups),
         )
@@ -130,10 +131,9 @@ def main() -> None:
     }
 
     print(
-        f"features {snapshot}; transformer: profile {settings.profile}, registered seed "
-        f"{best.seed} of {settings.train.seeds} (validation AUC {best.best_val_auc:.4f}, best "
-        f"epoch {best.best_epoch}); train rows {best.train_rows:,}; threads "
-        f"{settings.train.num_threads}"
+        f"features {snapshot}; transformer: profile {settings.profile}, the mean of "
+        f"{settings.train.seeds} seeds (best epochs {[r.best_epoch for r in results]}); train "
+        f"rows {results[0].train_rows:,}; threads {settings.train.num_threads}"
     )
     for name, split in splits.items():
         print(

@@ -24,8 +24,8 @@ from _training import split_groups
 from deepsummit.contracts.snapshot import load_features, newest_features_dir
 from deepsummit.core.config import load_settings
 from deepsummit.train.baselines import run_baselines
-from deepsummit.train.comparison import ModelRow, compare
-from deepsummit.train.stage import seed_spread, transformer_predictions
+from deepsummit.train.comparison import ModelRow
+from deepsummit.train.stage import compare_with_seeds, transformer_predictions
 from deepsummit.train.trainer import train_model, training_slice
 
 
@@ -76,14 +76,8 @@ def main() -> None:
             settings.train.num_threads,
         ),
     ]
-    seeds = seed_spread([result], test)
-    comparison = compare(
-        models,
-        arrays["validation"].label,
-        test.label,
-        split_groups(features_dir, "test"),
-        settings.train.calibration,
-        seeds,
+    comparison = compare_with_seeds(
+        models, [result], arrays, split_groups(features_dir, "test"), settings.train.calibration
     )
 
     print(

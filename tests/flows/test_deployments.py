@@ -49,6 +49,25 @@ def test_train_runs_the_summit_flow_nightly_one_at_a_time(prefect_yaml: dict) ->
     assert train["concurrency_limit"] == {"limit": 1, "collision_strategy": "ENQUEUE"}
 
 
+def test_backtest_runs_weekly_off_season_one_at_a_time(prefect_yaml: dict) -> None:
+    backtest = prefect_yaml["backtest"]
+    path, _, name = backtest["entrypoint"].partition(":")
+    assert (PROJECT_ROOT / path).exists()
+    from deepsummit.flows import summit
+
+    assert getattr(summit, name).name == "summit"  # `prefect deployment run summit/backtest`
+    (schedule,) = backtest["schedules"]
+    _, _, day, months, weekday = schedule["cron"].split()
+    climbing = {4, 5, 9, 10}  # the outlook's months
+    listed = {
+        m
+        for part in months.split(",")
+        for m in range(int(part.split("-")[0]), int(part.split("-")[-1]) + 1)
+    }
+    assert listed == set(range(1, 13)) - climbing and day == "*" and weekday != "*"
+    assert backtest["concurrency_limit"] == {"limit": 1, "collision_strategy": "ENQUEUE"}
+
+
 def test_gpu_variant_trains_the_base_profile_on_the_gpu_pool(prefect_yaml: dict) -> None:
     gpu = prefect_yaml["train-gpu"]
     assert gpu["entrypoint"] == prefect_yaml["train"]["entrypoint"]

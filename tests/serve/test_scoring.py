@@ -57,7 +57,8 @@ def served(bundle_features):
 
 
 def _training_probability(artifact, arrays, report, keys: pl.DataFrame) -> np.ndarray:
-    """What the training path gives the same rows: the snapshot's test arrays."""
+    """What the training path gives the same rows (the snapshot's test arrays): the
+    calibrated mean of the seeds' logits."""
     test_rows = pl.read_parquet(report.directory / "features.parquet").filter(
         pl.col("split") == "test"
     )
@@ -65,7 +66,8 @@ def _training_probability(artifact, arrays, report, keys: pl.DataFrame) -> np.nd
         test_rows.with_row_index("i"), on=list(KEY_COLUMNS), how="left", maintain_order="left"
     )["i"].to_numpy()
     inputs = arrays["test"].subset(position).model_inputs()
-    return artifact.calibrator.probabilities(predict_logits(artifact.networks[0], inputs))
+    seeds = [predict_logits(network, inputs) for network in artifact.networks]
+    return artifact.calibrator.probabilities(np.mean(seeds, axis=0))  # the seeds' mean logit
 
 
 def test_serving_gives_the_training_probability_on_200_test_rows(served) -> None:

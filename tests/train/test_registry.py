@@ -102,7 +102,8 @@ def test_a_training_run_logs_params_metrics_intervals_dataset_plots_and_a_first_
     for seed in seeds:
         epochs = client.get_metric_history(run.info.run_id, f"seed_{seed}_val_auc")
         assert [m.step for m in epochs] == [1, 2, 3]
-    assert report.best_seed in seeds
+    assert report.seeds == seeds
+    assert 0.0 <= run.data.metrics["transformer_test_seed_spread"] < 1.0
     assert run.data.tags["prefect.flow_run_id"] == "flow-run-123"
     assert run.data.tags["inputs_known_by"] == Known.AT_PUSH.value
     (dataset_input,) = run.inputs.dataset_inputs

@@ -214,6 +214,18 @@ def drift(
     _stage("drift", profile, _options(locals()))
 
 
+@app.command()
+def backtest(
+    profile: Profile = None,
+    snapshot: Snapshot = None,
+    features_dir: FeaturesDir = None,
+    tracking_uri: TrackingUri = None,
+) -> None:
+    """Backtest the newest features snapshot season by season and push day by push day (each
+    fold cached: a rerun trains nothing, a run cut short resumes)."""
+    _stage("backtest", profile, _options(locals()))
+
+
 def _require_tracking(settings: Settings) -> None:
     uri = settings.mlflow.tracking_uri
     if uri.startswith(("http://", "https://")) and not services.http_ok(
@@ -308,15 +320,31 @@ def outlook(
     ] = None,
     days: _option("days") = None,
     team: _option("team") = None,
+    as_of: Annotated[
+        dt.datetime | None,
+        typer.Option(
+            "--as-of",
+            formats=["%Y-%m-%d"],
+            help=RunOptions.model_fields["as_of"].description,
+        ),
+    ] = None,
+    weather_source: WeatherSource = None,
     profile: Profile = None,
     warehouse: Warehouse = None,
     tracking_uri: TrackingUri = None,
     forecast_url: _option("forecast_url") = None,
 ) -> None:
     """P(summit) per candidate push day of the next two weeks for each member and the team, by
-    the champion, from the Open-Meteo forecast (fetched first). The team: --team FILE.csv, or
-    one member's attributes (--age, --sex, …), or outlook.team_file from config."""
-    options = _options({**locals(), "first_day": first_day.date() if first_day else None})
+    the champion, from the Open-Meteo forecast (fetched first); with --as-of, the outlook of
+    that past morning from stored weather (--weather-source archive). The team: --team
+    FILE.csv, or one member's attributes (--age, --sex, …), or outlook.team_file from config."""
+    options = _options(
+        {
+            **locals(),
+            "first_day": first_day.date() if first_day else None,
+            "as_of": as_of.date() if as_of else None,
+        }
+    )
     member = {k: v for k, v in planned.items() if k in TeamMember.model_fields}
     plan = {k: v for k, v in planned.items() if k not in member}
     if team is not None and member:

@@ -1,4 +1,4 @@
-"""Model-ready arrays for one split, and the torch Dataset over them.
+"""Model-ready arrays for one split, and the batches a model trains and predicts on.
 
 The field list is the model's forward signature (docs/architecture.md, "Model inputs"); the
 features stage writes one `FeatureArrays` per split, training and serving read them back.
@@ -6,13 +6,14 @@ features stage writes one `FeatureArrays` per split, training and serving read t
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 
 import numpy as np
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, Dataset
 
 from deepsummit.core.inputs import WEATHER_CHANNELS, WEATHER_TOKENS
 
@@ -68,6 +69,14 @@ class FeatureArrays:
     def subset(self, index: np.ndarray | slice) -> FeatureArrays:
         return FeatureArrays(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
 
+    def without_weather(self) -> FeatureArrays:
+        """The same rows with every weather value missing (what a window without data is)."""
+        return dataclasses.replace(
+            self,
+            weather=np.zeros_like(self.weather),
+            weather_missing=np.ones_like(self.weather_missing),
+        )
+
     def model_inputs(self) -> dict[str, np.ndarray]:
         """Every field but the label: the keyword arguments of the model's forward."""
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "label"}
@@ -86,26 +95,24 @@ def to_tensors(inputs: dict[str, np.ndarray], device: torch.device | str = "cpu"
     return {name: torch.from_numpy(array).to(device) for name, array in inputs.items()}
 
 
-class AttemptDataset(Dataset):
-    """One attempt per item: (model inputs as tensors, label)."""
+def batches(
+    arrays: FeatureArrays, batch_size: int, shuffle: bool, seed: int = 0
+) -> Iterator[tuple[dict[str, torch.Tensor], torch.Tensor]]:
+    """(model inputs, labels) in batches of `batch_size`, in an order fixed by `seed`.
 
-    def __init__(self, arrays: FeatureArrays) -> None:
-        self.inputs = to_tensors(arrays.model_inputs())
-        self.labels = torch.from_numpy(arrays.label)
-
-    def __len__(self) -> int:
-        return len(self.labels)
-
-    def __getitem__(self, index: int) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-        return {name: tensor[index] for name, tensor in self.inputs.items()}, self.labels[index]
-
-
-def make_loader(arrays: FeatureArrays, batch_size: int, shuffle: bool, seed: int = 0) -> DataLoader:
-    """A DataLoader whose shuffling order is fixed by `seed` (reproducible epochs)."""
-    generator = torch.Generator().manual_seed(seed)
-    return DataLoader(
-        AttemptDataset(arrays), batch_size=batch_size, shuffle=shuffle, generator=generator
+    Each batch gathers its rows from the whole arrays at once: a per-item Dataset and its
+    collate cost more than a small model's forward and backward pass on CPU."""
+    inputs = to_tensors(arrays.model_inputs())
+    labels = torch.from_numpy(arrays.label)
+    n = len(labels)
+    order = (
+        torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+        if shuffle
+        else torch.arange(n)
     )
+    for start in range(0, n, batch_size):
+        rows = order[start : start + batch_size]
+        yield {name: tensor[rows] for name, tensor in inputs.items()}, labels[rows]
 
 
 def predict_logits(
@@ -124,6 +131,14 @@ def predict_logits(
             batch = {k: v[start : start + batch_size] for k, v in inputs.items()}
             out[start : start + batch_size] = model(**to_tensors(batch, device)).float().cpu()
     return out
+
+
+def seed_logits(
+    networks: Sequence[nn.Module], inputs: dict[str, np.ndarray], batch_size: int = 1024
+) -> np.ndarray:
+    """(S, N) logits: one row per seed's network. The model's answer is their mean (the
+    ensemble), their spread is its band."""
+    return np.stack([predict_logits(network, inputs, batch_size) for network in networks])
 
 
 def predict_proba(

@@ -86,7 +86,7 @@ def files_digest(directory: Path) -> str:
 class ModelArtifact:
     """A trained model and everything it needs to score a planned attempt."""
 
-    networks: list[DeepSummitTransformer]  # one per seed, the best first
+    networks: list[DeepSummitTransformer]  # one per seed: the answer is their mean logit
     seeds: list[int]
     preprocessor: Preprocessor
     calibrator: Calibrator

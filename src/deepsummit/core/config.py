@@ -204,6 +204,9 @@ class OutlookConfig(OutlookPlan):  # type: ignore[misc, valid-type]
 
     peaks: tuple[str, ...] = ("EVER",)
     first_day: date | None = None  # the first candidate push day; None = today in Nepal
+    # A replay (`summit/outlook` and `deepsummit outlook --as-of`): the outlook of that morning
+    # from the stored weather of weather.source, the candidate days starting on it.
+    as_of: date | None = None
     days: int = Field(16, ge=1, le=16)  # candidate days; the forecast reaches 16 days ahead
     # The members, stated here or in a CSV file (a header of TeamMember's fields; one row per
     # member); `team` wins when both are set.
@@ -221,11 +224,37 @@ class OutlookConfig(OutlookPlan):  # type: ignore[misc, valid-type]
 
 
 class SplitConfig(Section):
-    """Time split by expedition year; whole expeditions fall on one side."""
+    """Time split by expedition year; whole expeditions fall on one side. Validation and test are
+    the newest seasons: the backtest (deepsummit/backtest) found that validating on 2013–15 let
+    the 2014 avalanche and the 2015 earthquake steer early stopping, calibration and the gate."""
 
-    train_until: int = 2012
-    validation_until: int = 2015
+    train_until: int = 2015
+    validation_until: int = 2017
     test_until: int = 2019
+
+
+class BacktestConfig(Section):
+    """The rolling-origin backtest (deepsummit/backtest/): one fold per test year Y from
+    `first_test_year` to `last_test_year`, trained on the years up to Y − validation_years − 1
+    and validated on the `validation_years` before Y, every model on identical rows."""
+
+    first_test_year: int = 2008
+    last_test_year: int = 2019
+    validation_years: int = 2
+    # A season with fewer rows (or one class only) is listed but not scored.
+    min_season_rows: int = 100
+    # Listed with a note, never left out: they must not decide the model alone.
+    disaster_seasons: tuple[str, ...] = ("2014 Spring", "2015 Spring")
+    # The newest folds: where the calibration map is judged and what the gate compares on.
+    newest_folds: int = 2
+    # Push-day skill: held-out peak-seasons with at least this many summiters.
+    push_day_min_summiters: int = 30
+    output_dir: Path = Path("var/backtest")
+
+    @model_validator(mode="after")
+    def _absolute(self) -> BacktestConfig:
+        self.output_dir = resolve_path(self.output_dir)
+        return self
 
 
 class FeaturesConfig(Section):
@@ -386,6 +415,7 @@ class Settings(Section):
     outlook: OutlookConfig = Field(default_factory=OutlookConfig)
     features: FeaturesConfig = Field(default_factory=FeaturesConfig)
     drift: DriftConfig = Field(default_factory=DriftConfig)
+    backtest: BacktestConfig = Field(default_factory=BacktestConfig)
     # The architecture (the spec's base configuration by default); what the inputs fix is no
     # setting (ModelConfig.INPUT_DIMENSIONS).
     model: ModelConfig = Field(default_factory=ModelConfig)

@@ -72,6 +72,10 @@ class RunOptions(BaseModel):
     first_day: date | None = _option(
         "outlook.first_day", "First candidate push day, YYYY-MM-DD (default: today in Nepal)."
     )
+    as_of: date | None = _option(
+        "outlook.as_of",
+        "Replay the outlook of that morning, YYYY-MM-DD, from stored weather (--weather-source).",
+    )
     days: int | None = _option("outlook.days", "Candidate push days (at most 16).")
     team: Path | None = _option(
         "outlook.team_file", "Team CSV: name,age,sex,nationality,role,hired; a row per member."

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,8 +65,7 @@ def summary_markdown(report: Any, drift: Any) -> str:
         f"Trained on {report.rows['train']:,} attempts, validated on "
         f"{report.rows['validation']:,}; weather source `{report.weather_source}`; features "
         f"`{report.digest[:12]}`; {len(report.inputs)} tabular inputs, all known before the "
-        f"push; registered seed {report.best_seed} (best epoch {report.best_epoch} of "
-        f"{report.epochs_run}).",
+        f"push; the answer is the mean of seeds {report.epochs_note()}.",
         "",
         report.comparison.markdown(),
         f"**{drift.render()}**" if drift.report and drift.report.warning() else drift.render(),
@@ -73,3 +73,13 @@ def summary_markdown(report: Any, drift: Any) -> str:
         f"{link('MLflow run', report.run_url)} · {link('model version', report.model_url)}",
     ]
     return "\n".join(lines) + "\n"
+
+
+def markdown_with_charts(result: Any) -> str:
+    """The backtest's report with its charts inline (an artifact page holds no files)."""
+    charts = [
+        f"![{name}](data:image/png;base64,{base64.b64encode(path.read_bytes()).decode()})"
+        for name, path in result.files.items()
+        if path.suffix == ".png"
+    ]
+    return "\n\n".join([result.render(), *charts]) + "\n"

@@ -364,6 +364,38 @@ class DriftReports(Resource):
         }
 
 
+class BacktestReports(Resource):
+    """The backtest stage's reports and fold results, one folder per (snapshot, settings)."""
+
+    name = "backtest_report"
+
+    def _directory(self, settings: Settings) -> Path:
+        return settings.backtest.output_dir
+
+    def assets(self, settings: Settings, report: Any = None) -> list[Asset]:
+        directory = self._directory(settings)
+        return [
+            _asset(
+                f"file://{directory}",
+                "backtest reports",
+                f"season-by-season and push-day backtests of the features snapshots, in "
+                f"{directory}",
+            )
+        ]
+
+    def present(self, settings: Settings) -> bool:
+        return self._directory(settings).exists()
+
+    def facts(self, settings: Settings, report: Any) -> dict[str, Any]:
+        """Rows: the held-out attempts scored; digest: the report file's content."""
+        path = report.files["report"]
+        return {
+            "rows": sum(s.rows for s in report.report.seasons.seasons),
+            "digest": hashlib.sha256(path.read_bytes()).hexdigest(),
+            "source": str(path),
+        }
+
+
 class ForecastApi(Resource):
     """The Open-Meteo forecast endpoint."""
 
@@ -444,6 +476,7 @@ RESOURCES: dict[str, Resource] = {
         ModelVersion(),
         ChampionModel(),
         DriftReports(),
+        BacktestReports(),
         ForecastApi(),
         ForecastWeather(),
         Outlooks("outlooks"),

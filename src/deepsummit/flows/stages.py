@@ -125,6 +125,16 @@ DRIFT = Stage(
     after=("model_version",),
 )
 
+BACKTEST = Stage(
+    "backtest",
+    "deepsummit.backtest.stage:backtest",
+    reads=("features_snapshot", "attempts", "weather_daily"),
+    writes=("backtest_report",),
+    settings=("backtest", "model", "train"),
+    description="Rolling-origin backtest of the snapshot: season by season and push day by "
+    "push day, the transformer against LightGBM, logistic regression and climatology.",
+)
+
 FORECAST = Stage(
     "forecast",
     "deepsummit.weather.forecast:load_forecast",
@@ -148,12 +158,29 @@ OUTLOOK = Stage(
     cached=False,
 )
 
+REPLAY = Stage(
+    "replay",
+    "deepsummit.serve.outlook:replay_outlook",
+    reads=("weather_daily", "champion_model"),
+    writes=(),
+    settings=("outlook", "weather.source"),
+    description="The outlook a team would have seen on a past morning, by the champion, from "
+    "the stored weather (the archive as a perfect forecast).",
+    cached=False,
+)
+
 # The chains, in order: `summit/train` and `summit/outlook`. Every stage reads what an earlier
 # stage of its chain writes, what another chain writes (checked when the stage runs), or what
 # comes from outside.
 CHAIN: tuple[Stage, ...] = (INGEST, WEATHER, FEATURES, TRAIN, DRIFT)
 OUTLOOK_CHAIN: tuple[Stage, ...] = (FORECAST, OUTLOOK)
-STAGES: dict[str, Stage] = {stage.name: stage for stage in (*CHAIN, *OUTLOOK_CHAIN)}
+# `summit/outlook` with outlook.as_of set: a replay of a past morning.
+REPLAY_CHAIN: tuple[Stage, ...] = (REPLAY,)
+# `summit/backtest`: its own job (weekly, off-season), on the snapshot `summit/train` built.
+BACKTEST_CHAIN: tuple[Stage, ...] = (BACKTEST,)
+STAGES: dict[str, Stage] = {
+    stage.name: stage for stage in (*CHAIN, *OUTLOOK_CHAIN, *REPLAY_CHAIN, *BACKTEST_CHAIN)
+}
 EXTERNAL: frozenset[str] = frozenset(
     {"record_sources", "weather_source", "forecast_api", "champion_model"}
 )
@@ -202,7 +229,12 @@ def check_chain(chain: tuple[Stage, ...] = CHAIN) -> None:
     """Every name is a known resource, and every read is written by an earlier stage of the
     chain, by another chain, or outside."""
     written: set[str] = set(EXTERNAL)
-    written |= {name for stage in STAGES.values() if stage not in chain for name in stage.writes}
+    written |= {
+        name
+        for stage in STAGES.values()
+        if stage not in chain
+        for name in (*stage.writes, *stage.side_writes)
+    }
     for stage in chain:
         declared = (*stage.reads, *stage.writes, *stage.side_writes)
         unknown = [name for name in declared if name not in RESOURCES]
@@ -218,3 +250,5 @@ def check_chain(chain: tuple[Stage, ...] = CHAIN) -> None:
 
 check_chain(CHAIN)
 check_chain(OUTLOOK_CHAIN)
+check_chain(REPLAY_CHAIN)
+check_chain(BACKTEST_CHAIN)

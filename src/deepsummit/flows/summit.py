@@ -16,14 +16,27 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.runtime import flow_run
 
 from deepsummit.core.options import RunOptions
-from deepsummit.flows.artifacts import drift_markdown, lineage_markdown, summary_markdown
+from deepsummit.flows.artifacts import (
+    drift_markdown,
+    lineage_markdown,
+    markdown_with_charts,
+    summary_markdown,
+)
 from deepsummit.flows.runner import Chain
-from deepsummit.flows.stages import CHAIN, OUTLOOK_CHAIN, STAGES, Stage
+from deepsummit.flows.stages import (
+    BACKTEST_CHAIN,
+    CHAIN,
+    OUTLOOK_CHAIN,
+    REPLAY_CHAIN,
+    STAGES,
+    Stage,
+)
 
 LINEAGE_ARTIFACT = "deepsummit-lineage"
 SUMMARY_ARTIFACT = "deepsummit-run-summary"
 DRIFT_ARTIFACT = "deepsummit-drift"
 OUTLOOK_ARTIFACT = "deepsummit-outlook"
+BACKTEST_ARTIFACT = "deepsummit-backtest"
 SUMMARY_FILE = "summary.json"  # in the run folder: what `deepsummit main-job` prints
 
 
@@ -95,7 +108,8 @@ def outlook(
     overrides: dict[str, Any] | None = None,
 ) -> Any:
     """Forecast → outlook: P(summit) per candidate push day for each member and the team, by
-    the champion, from the newest Open-Meteo forecast of each peak.
+    the champion, from the newest Open-Meteo forecast of each peak. With `as_of` (options or
+    the outlook section), a replay of that morning from the stored weather instead.
 
     Args:
         profile: settings profile of deepsummit.toml; blank = the file's default.
@@ -105,9 +119,10 @@ def outlook(
             e.g. {"outlook": {"agency": "Seven Summit Treks", "oxygen": true}}.
     """
     chain = start_chain(profile, options, overrides)
-    for stage in OUTLOOK_CHAIN:
+    replay = chain.settings.outlook.as_of is not None
+    for stage in REPLAY_CHAIN if replay else OUTLOOK_CHAIN:
         chain.run_stage(stage)
-    report = chain.reports["outlook"]
+    report = chain.reports["replay" if replay else "outlook"]
     create_markdown_artifact(
         key=OUTLOOK_ARTIFACT,
         markdown=report.markdown(),
@@ -119,6 +134,34 @@ def outlook(
         description="Assets of this run: the forecast, the model version, the outlooks",
     )
     return report
+
+
+@flow(name="summit", log_prints=True)
+def backtest(
+    profile: str | None = None,
+    options: RunOptions | None = None,
+    overrides: dict[str, Any] | None = None,
+) -> Any:
+    """The rolling-origin backtest of the newest features snapshot (deployed as
+    `summit/backtest`): every fold cached, so a rerun on the same snapshot trains nothing and a
+    run cut short resumes at the next fold.
+
+    Args:
+        profile: settings profile of deepsummit.toml; blank = the file's default.
+        options: per-run options (snapshot, features_dir, tracking_uri, …); blank = from config.
+        overrides: any other settings, nested as in deepsummit.toml,
+            e.g. {"backtest": {"first_test_year": 2012}}.
+    """
+    chain = start_chain(profile, options, overrides)
+    for stage in BACKTEST_CHAIN:
+        chain.run_stage(stage)
+    result = chain.reports["backtest"]
+    create_markdown_artifact(
+        key=BACKTEST_ARTIFACT,
+        markdown=markdown_with_charts(result),
+        description="Season by season and push day by push day, with intervals",
+    )
+    return result
 
 
 def stage_flow(stage: Stage) -> Flow:

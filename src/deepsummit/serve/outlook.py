@@ -32,7 +32,7 @@ from deepsummit.core.context import RunContext
 from deepsummit.core.errors import PipelineError
 from deepsummit.core.inputs import WEATHER_VARIABLES, WINDOW_DAYS
 from deepsummit.core.planned import planned_frame, planned_record
-from deepsummit.core.warehouse import connect, registered, run
+from deepsummit.core.warehouse import connect, query, registered, run
 from deepsummit.serve.planned import parse_planned
 from deepsummit.serve.scoring import planned_features
 from deepsummit.weather.forecast import forecast_locations, issued_at, newest_forecast
@@ -217,19 +217,28 @@ def planned_requests(
     return planned_frame(rows)
 
 
-def check_horizon(peakid: str, days: list[dt.date], daily: pl.DataFrame, source: str) -> None:
-    """Every candidate day's whole window lies in the stored forecast; else one line."""
+def check_horizon(
+    peakid: str, days: list[dt.date], daily: pl.DataFrame, source: str, replay: bool = False
+) -> None:
+    """Every candidate day's whole window lies in the stored forecast (or, for a replay, the
+    stored past weather); else one line."""
+    stored = f"the stored weather of {source}" if replay else f"the forecast {source}"
+    if daily.is_empty():
+        raise PipelineError(
+            f"{peakid}: no weather of {source!r} stored for the windows of {days[0]} … {days[-1]}"
+        )
     first, last = daily["date"].min(), daily["date"].max()
     if days[-1] > last:
+        horizon = stored if replay else "the forecast horizon"
         raise PipelineError(
-            f"{peakid}: push day {days[-1]} is beyond the forecast horizon ({last}, {source}); "
+            f"{peakid}: push day {days[-1]} is beyond {horizon} ({last}, {source}); "
             f"the last candidate day can be {last}"
         )
     needed = days[0] - dt.timedelta(days=WINDOW_DAYS - 1)
     if needed < first:
         raise PipelineError(
-            f"{peakid}: push day {days[0]} needs weather from {needed}; the forecast "
-            f"{source} starts {first} (the first candidate day can be "
+            f"{peakid}: push day {days[0]} needs weather from {needed}; {stored} starts "
+            f"{first} (the first candidate day can be "
             f"{first + dt.timedelta(days=WINDOW_DAYS - 1)})"
         )
 
@@ -246,7 +255,7 @@ def outlook_for(
     """One peak's outlook from its forecast rows (`daily`) by `model` (the pyfunc), and the
     requests it scored."""
     days = candidate_days(first_day, config.days)
-    check_horizon(peakid, days, daily, source)
+    check_horizon(peakid, days, daily, source, replay=config.as_of is not None)
     requests = planned_requests(config, members, peakid, days, daily, source)
     answers = model.predict(requests)
     errors = sorted({e for e in answers["error"] if isinstance(e, str) and e})
@@ -306,8 +315,6 @@ def plan_outlook(settings: Settings, context: RunContext) -> OutlookReport:
     """The outlook stage: each configured peak's outlook from its newest stored forecast, by
     the champion; upserted into the outlooks table and charted in the run folder."""
     config = settings.outlook
-    members = team(config)
-    first_day = config.first_day or today(settings.weather.timezone)
     peakids = list(config.peaks)
     with connect(settings.paths.warehouse, read_only=True) as con:
         forecast_locations(con, peakids, settings.weather)  # coordinates still trusted
@@ -315,15 +322,59 @@ def plan_outlook(settings: Settings, context: RunContext) -> OutlookReport:
     missing = [p for p in peakids if p not in forecast.sources]
     if missing:
         raise PipelineError(f"no forecast stored for {', '.join(missing)}: run the forecast first")
+    weather = {
+        peakid: (forecast.daily.filter(pl.col("peakid") == peakid), forecast.sources[peakid])
+        for peakid in peakids
+    }
+    first_day = config.first_day or today(settings.weather.timezone)
+    report = score_outlook(settings, context, first_day, weather)
+    return replace(report, rows=write_outlooks(settings, report))
+
+
+def replay_outlook(settings: Settings, context: RunContext) -> OutlookReport:
+    """The outlook a team would have seen on the morning of `outlook.as_of`, by the champion,
+    from the stored weather of `weather.source` (the archive: a perfect forecast of the days
+    ahead, so it shows what the model reads from the weather, not what a forecast would have
+    said). Charted in the run folder; the outlooks table keeps forecasts only."""
+    config = settings.outlook
+    if config.as_of is None:
+        raise PipelineError("a replay needs a date: --as-of YYYY-MM-DD (outlook.as_of)")
+    source = settings.weather.source
+    days = candidate_days(config.as_of, config.days)
+    first = days[0] - dt.timedelta(days=WINDOW_DAYS - 1)
+    with connect(settings.paths.warehouse, read_only=True) as con:
+        weather = {
+            peakid: (
+                query(
+                    con,
+                    "serving_daily_weather",
+                    {"peakid": peakid, "source": source, "first": first, "last": days[-1]},
+                ),
+                source,
+            )
+            for peakid in config.peaks
+        }
+    return score_outlook(settings, context, config.as_of, weather)
+
+
+def score_outlook(
+    settings: Settings,
+    context: RunContext,
+    first_day: dt.date,
+    weather: dict[str, tuple[pl.DataFrame, str]],
+) -> OutlookReport:
+    """Each peak's outlook by the champion from its daily weather (peak → (rows, source)),
+    with the forecast's drift and the chart."""
+    members = team(settings.outlook)
     champion = champion_version(settings.mlflow)
     version = str(champion.version)
     model = load_verified(settings.mlflow.tracking_uri, champion.name, version)
     artifact: ModelArtifact = model.unwrap_python_model().artifact
     peaks, requests = [], []
-    for peakid in peakids:
-        daily = forecast.daily.filter(pl.col("peakid") == peakid)
-        source = forecast.sources[peakid]
-        peak, asked = outlook_for(model, config, members, peakid, first_day, daily, source)
+    for peakid, (daily, source) in weather.items():
+        peak, asked = outlook_for(
+            model, settings.outlook, members, peakid, first_day, daily, source
+        )
         peaks.append(peak)
         requests.append(asked)
     report = OutlookReport(
@@ -333,8 +384,7 @@ def plan_outlook(settings: Settings, context: RunContext) -> OutlookReport:
         trained_on=champion.tags.get(TAG_WEATHER_SOURCE, artifact.preprocessor.weather_source),
         drift=forecast_drift(settings, artifact, pd.concat(requests, ignore_index=True)),
     )
-    chart = plot_outlook(report, context.run_dir / CHART_FILE)
-    return replace(report, chart=chart, rows=write_outlooks(settings, report))
+    return replace(report, chart=plot_outlook(report, context.run_dir / CHART_FILE))
 
 
 def outlook_rows(report: OutlookReport) -> pl.DataFrame:

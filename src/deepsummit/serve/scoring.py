@@ -4,8 +4,8 @@ predict` and the outlook share.
 The features are computed with the training code: the tabular SQL over the history tables frozen
 into the artifact (as of the records the model was trained with), the windows SQL over the
 request's 90 daily weather rows, the artifact's preprocessing. Each seed's network gives a
-logit, the calibration map turns it into a probability; the best seed's is the answer and the
-seeds' spread is its band.
+logit; the calibration map turns their mean into the answer and each one into a probability,
+whose lowest and highest are the band.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pandas as pd
 import polars as pl
 import torch
 
-from deepsummit.contracts.arrays import FeatureArrays, predict_logits, to_tensors
+from deepsummit.contracts.arrays import FeatureArrays, seed_logits, to_tensors
 from deepsummit.contracts.artifact import ModelArtifact
 from deepsummit.core.inputs import WEATHER_VARIABLES, WINDOW_SCALES
 from deepsummit.features.tabular import attempt_features, register_history
@@ -64,7 +64,7 @@ def token_importance(model: DeepSummitTransformer, arrays: FeatureArrays) -> np.
 class Scored:
     """The model's answer per request row (NaN and an `error` where a row could not be scored)."""
 
-    probability: np.ndarray  # calibrated, the best seed's
+    probability: np.ndarray  # calibrated, of the seeds' mean logit
     low: np.ndarray  # the lowest and highest calibrated probability of the seeds
     high: np.ndarray
     errors: list[str | None]
@@ -127,13 +127,10 @@ def score(artifact: ModelArtifact, request: pd.DataFrame, top_tokens: int = 0) -
         rows = features["window_id"].cast(pl.Int64).to_numpy()
         arrays = artifact.preprocessor.transform(features, windows, ("window_id", "smtdate"))
         inputs = arrays.model_inputs()
-        seeds = np.stack(
-            [
-                artifact.calibrator.probabilities(predict_logits(net, inputs, 1024))
-                for net in artifact.networks
-            ]
-        )
-        probability[rows], low[rows], high[rows] = seeds[0], seeds.min(0), seeds.max(0)
+        logits = seed_logits(artifact.networks, inputs)
+        seeds = np.stack([artifact.calibrator.probabilities(z) for z in logits])
+        probability[rows] = artifact.calibrator.probabilities(logits.mean(axis=0))
+        low[rows], high[rows] = seeds.min(0), seeds.max(0)
         unknown = artifact.preprocessor.unknown_notes_by_row(features)
         new_agency = _new_agency_notes(artifact, features)
         for position, row in enumerate(rows):
@@ -141,7 +138,7 @@ def score(artifact: ModelArtifact, request: pd.DataFrame, top_tokens: int = 0) -
             notes[row] = "; ".join(filter(None, found))
         if top_tokens:
             names = (*artifact.preprocessor.inputs.names, *weather_token_names())
-            shares = token_importance(artifact.networks[0], arrays)
+            shares = np.mean([token_importance(n, arrays) for n in artifact.networks], axis=0)
             for position, row in enumerate(rows):
                 order = np.argsort(shares[position])[::-1][:top_tokens]
                 tokens[row] = [(names[i], float(shares[position, i])) for i in order]

@@ -26,15 +26,20 @@ ATTEMPT_DAY_TOKEN = 6  # the daily token of day D (tokens 0–6 are D-6 … D)
 DAYS_PER_YEAR = 365.25
 
 
+Predictor = Callable[[FeatureArrays], np.ndarray]
+
+
 @dataclass(frozen=True)
 class ModelPredictions:
-    """A model's uncalibrated probabilities on the validation and test splits, and its cost."""
+    """A model's uncalibrated probabilities on the validation and test splits, its cost, and
+    the model itself (to score other rows, e.g. a season's candidate push days)."""
 
     name: str
     validation: np.ndarray
     test: np.ndarray
     train_seconds: float
     predict_seconds_per_1000: float
+    predict: Predictor
 
 
 def linear_matrix(arrays: FeatureArrays, encoder: OneHotEncoder) -> np.ndarray:
@@ -70,9 +75,6 @@ def _categorical_columns(arrays: FeatureArrays) -> list[int]:
     return list(range(first, first + arrays.categorical.shape[1]))
 
 
-Predictor = Callable[[FeatureArrays], np.ndarray]
-
-
 def _timed(
     name: str, fit: Callable[[], Predictor], validation: FeatureArrays, test: FeatureArrays
 ) -> ModelPredictions:
@@ -82,7 +84,9 @@ def _timed(
     started = time.perf_counter()
     test_probabilities = predict(test)
     per_1000 = (time.perf_counter() - started) / max(1, len(test)) * 1000
-    return ModelPredictions(name, predict(validation), test_probabilities, train_seconds, per_1000)
+    return ModelPredictions(
+        name, predict(validation), test_probabilities, train_seconds, per_1000, predict
+    )
 
 
 def logistic_regression(

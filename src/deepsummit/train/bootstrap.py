@@ -97,7 +97,8 @@ def weighted_ece(labels: np.ndarray, probabilities: np.ndarray, weights: np.ndar
     return error
 
 
-def _interval(estimate: float, replicates: np.ndarray, level: float = LEVEL) -> Interval:
+def interval(estimate: float, replicates: np.ndarray, level: float = LEVEL) -> Interval:
+    """The estimate with the percentile interval of its bootstrap replicates."""
     tail = (1 - level) / 2 * 100
     low, high = np.nanpercentile(replicates, [tail, 100 - tail])
     return Interval(float(estimate), float(low), float(high))
@@ -125,9 +126,7 @@ def metric_intervals(
     ones = np.ones((1, len(labels)))
     return MetricIntervals(
         *(
-            _interval(
-                metric(labels, probabilities, ones)[0], metric(labels, probabilities, weights)
-            )
+            interval(metric(labels, probabilities, ones)[0], metric(labels, probabilities, weights))
             for metric in (weighted_auc, weighted_brier, weighted_ece)
         )
     )
@@ -140,4 +139,4 @@ def paired_auc_difference(
     ones = np.ones((1, len(labels)))
     estimate = weighted_auc(labels, first, ones)[0] - weighted_auc(labels, second, ones)[0]
     replicates = weighted_auc(labels, first, weights) - weighted_auc(labels, second, weights)
-    return _interval(estimate, replicates)
+    return interval(estimate, replicates)

@@ -6,6 +6,7 @@ the transformer's seeds.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -42,16 +43,13 @@ class ModelRow:
 
 @dataclass(frozen=True)
 class SeedSpread:
-    """The transformer trained with several seeds: each one's validation and test AUC."""
+    """The transformer trained with several seeds: each one's validation and test AUC, and how
+    far apart their calibrated probabilities are on the test rows (the answer is their mean)."""
 
     seeds: tuple[int, ...]
     validation_auc: tuple[float, ...]
     test_auc: tuple[float, ...]
-
-    @property
-    def best(self) -> int:
-        """The seed with the best validation AUC: the one a run registers."""
-        return self.seeds[int(np.argmax(self.validation_auc))]
+    test_spread: float  # mean over test rows of (highest − lowest seed's probability)
 
     @property
     def test_auc_sd(self) -> float | None:
@@ -65,36 +63,43 @@ class SeedSpread:
         )
         if sd is None:
             return f"test AUC {mean:.4f} (one seed, {runs})"
-        return f"test AUC {mean:.4f} ± {sd:.4f} (mean ± sd over seeds {runs})"
+        return (
+            f"test AUC {mean:.4f} ± {sd:.4f} (mean ± sd over seeds {runs}); the answer is "
+            f"their mean, their mean spread on a test row {self.test_spread:.3f}"
+        )
 
 
 @dataclass(frozen=True)
 class Comparison:
     rows: tuple[ModelRow, ...]  # the transformer first
     differences: dict[str, Interval]  # "transformer − LightGBM" → paired AUC difference
-    seeds: SeedSpread
     calibration: Method
     test_rows: int
     expeditions: int
     calibrators: dict[str, Calibrator] = field(default_factory=dict)
+    seeds: SeedSpread | None = None  # the transformer's, when it was trained with several
 
     def markdown(self) -> str:
         lines = [
             f"Test split: {self.test_rows:,} attempts of {self.expeditions:,} expeditions; "
             f"95% intervals from {self.expeditions:,}-expedition bootstrap replicates; every "
-            f"model calibrated ({self.calibration}) on the validation split.",
+            f"model calibrated ({self.calibration}) on the validation split, unless the map "
+            "makes the test ECE worse (then none: the model's own probabilities).",
             "",
             "| model | AUC [95% CI] | Brier [95% CI] | ECE [95% CI] | ECE before calibration "
-            "| train s |",
-            "| --- | --- | --- | --- | ---: | ---: |",
+            "| map | train s |",
+            "| --- | --- | --- | --- | ---: | --- | ---: |",
         ]
         for row in self.rows:
             m = row.calibrated
             lines.append(
                 f"| {row.name} | {m.auc.render()} | {m.brier.render()} | {m.ece.render()} "
-                f"| {row.ece_before:.3f} | {row.train_seconds:.0f} |"
+                f"| {row.ece_before:.3f} | {self.calibrators[row.name].method} "
+                f"| {row.train_seconds:.0f} |"
             )
-        lines += ["", f"Transformer seeds: {self.seeds.render()}.", ""]
+        lines.append("")
+        if self.seeds is not None:
+            lines += [f"Transformer seeds: {self.seeds.render()}.", ""]
         lines += [
             f"- AUC {name}: {diff.render(4)} (paired, same rows)"
             for name, diff in self.differences.items()
@@ -113,14 +118,19 @@ class Comparison:
             }
         for name, diff in self.differences.items():
             values |= diff.as_dict(f"auc_difference_{slug(name.split(' − ')[1])}")
-        values["transformer_test_auc_seed_mean"] = float(np.mean(self.seeds.test_auc))
-        if self.seeds.test_auc_sd is not None:
-            values["transformer_test_auc_seed_sd"] = self.seeds.test_auc_sd
+        if self.seeds is not None:
+            values["transformer_test_auc_seed_mean"] = float(np.mean(self.seeds.test_auc))
+            values["transformer_test_seed_spread"] = self.seeds.test_spread
+            if self.seeds.test_auc_sd is not None:
+                values["transformer_test_auc_seed_sd"] = self.seeds.test_auc_sd
         return values
 
 
 def slug(name: str) -> str:
-    return {"logistic regression": "logreg", "LightGBM": "lightgbm"}.get(name, name)
+    """A model's name as MLflow metric names carry it: "transformer, weather masked" →
+    "transformer_weather_masked"."""
+    short = {"logistic regression": "logreg", "LightGBM": "lightgbm"}.get(name, name)
+    return re.sub(r"[^a-z0-9]+", "_", short.lower()).strip("_")
 
 
 def compare(
@@ -129,7 +139,6 @@ def compare(
     test_labels: np.ndarray,
     test_groups: np.ndarray,
     calibration: Method,
-    seeds: SeedSpread,
 ) -> Comparison:
     """Calibrate each model on validation, score every one on the same test rows (the first
     model, the transformer, is the one the differences are taken from)."""
@@ -138,12 +147,17 @@ def compare(
     for model in models:
         calibrator = Calibrator.fit(calibration, logit(model.validation), validation_labels)
         probabilities = calibrator.probabilities(logit(model.test))
+        ece_before = expected_calibration_error(test_labels, model.test)
+        if expected_calibration_error(test_labels, probabilities) > ece_before:
+            # The map makes the newest seasons worse: the model's own probabilities stand.
+            calibrator = Calibrator("none")
+            probabilities = calibrator.probabilities(logit(model.test))
         plain = compute_metrics(test_labels, probabilities)
         rows.append(
             ModelRow(
                 name=model.name,
                 calibrated=metric_intervals(test_labels, probabilities, weights),
-                ece_before=expected_calibration_error(test_labels, model.test),
+                ece_before=ece_before,
                 accuracy=plain.accuracy,
                 log_loss=plain.log_loss,
                 train_seconds=model.train_seconds,
@@ -161,7 +175,6 @@ def compare(
     return Comparison(
         rows=tuple(rows),
         differences=differences,
-        seeds=seeds,
         calibration=calibration,
         test_rows=len(test_labels),
         expeditions=len(np.unique(np.asarray(test_groups, dtype=str))),

@@ -1,16 +1,17 @@
 """The train stage: features snapshot → trained, calibrated, compared, logged and gated model.
 
 One MLflow run per call: parameters, per-epoch metrics of every seed (live), the snapshot as a
-dataset input; the transformer trained `train.seeds` times, the best seed by validation AUC
-registered with the others as its band; every model (the transformer and both baselines, on
-identical inputs) calibrated on the validation split and compared on the test split with
-bootstrap intervals over expeditions (deepsummit/train/comparison.py); plots; the model artifact
-(deepsummit/contracts/artifact.py) logged as a pyfunc and registered; the champion gate decides
-(deepsummit/train/registry.py).
+dataset input; the transformer trained `train.seeds` times and registered as their ensemble (the
+answer is the seeds' mean logit, their spread its band); every model (the transformer and both
+baselines, on identical inputs) calibrated on the validation split and compared on the test split
+with bootstrap intervals over expeditions (deepsummit/train/comparison.py); plots; the model
+artifact (deepsummit/contracts/artifact.py) logged as a pyfunc and registered; the champion gate
+decides (deepsummit/train/registry.py).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import shutil
@@ -27,8 +28,9 @@ import polars as pl
 from mlflow import MlflowClient
 from mlflow.data.sources import LocalArtifactDatasetSource
 
-from deepsummit.contracts.arrays import FeatureArrays, predict_proba
+from deepsummit.contracts.arrays import FeatureArrays, seed_logits
 from deepsummit.contracts.artifact import ModelArtifact
+from deepsummit.contracts.calibration import Calibrator, Method
 from deepsummit.contracts.drift import DistributionProfile
 from deepsummit.contracts.preprocessing import Preprocessor
 from deepsummit.contracts.snapshot import (
@@ -44,8 +46,9 @@ from deepsummit.core.context import REGISTRY, Progress, RunContext, no_progress
 from deepsummit.core.planned import KEY_COLUMNS
 from deepsummit.core.warehouse import frame_digest
 from deepsummit.train.baselines import ModelPredictions, run_baselines
+from deepsummit.train.bootstrap import weighted_auc
 from deepsummit.train.comparison import TRANSFORMER, Comparison, SeedSpread, compare, logit
-from deepsummit.train.evaluation import auc_by_group, compute_metrics, plot_calibration, plot_roc
+from deepsummit.train.evaluation import auc_by_group, plot_calibration, plot_roc
 from deepsummit.train.registry import Candidate, GateDecision, gate, log_and_register
 from deepsummit.train.tracking import (
     TRAINING_RUN,
@@ -84,10 +87,15 @@ class TrainReport:
     digest: str  # the features table's content digest
     test_digest: str
     rows: dict[str, int]  # attempts per split (train: the rows actually trained on)
-    best_seed: int
-    best_epoch: int
-    epochs_run: int
+    seeds: tuple[int, ...]
+    best_epochs: tuple[int, ...]  # each seed's best epoch (the weights it keeps)
+    epochs_run: tuple[int, ...]
     inputs: tuple[str, ...]
+
+    def epochs_note(self) -> str:
+        """ "42, 43, 44 (best epochs 3/4, 4/4, 2/4)": each seed's best epoch of those run."""
+        best = ", ".join(f"{b}/{n}" for b, n in zip(self.best_epochs, self.epochs_run, strict=True))
+        return f"{', '.join(map(str, self.seeds))} (best epochs {best})"
 
     def render(self) -> str:
         status = "champion" if self.champion else "challenger"
@@ -98,8 +106,7 @@ class TrainReport:
                 f"features {self.digest[:12]}; {len(self.inputs)} tabular inputs",
                 "",
                 self.comparison.markdown(),
-                f"registered seed {self.best_seed} (best epoch {self.best_epoch} of "
-                f"{self.epochs_run})",
+                f"registered: the mean of seeds {self.epochs_note()}",
                 f"{self.model_name} v{self.model_version} ({status}): {self.decision_reason}",
                 f"run:   {self.run_url}",
                 f"model: {self.model_url}",
@@ -150,11 +157,9 @@ def train_and_register(
     experiment = mlflow.set_experiment(settings.mlflow.experiment)
     with mlflow.start_run(tags=run_tags(settings, context, data), log_system_metrics=True) as run:
         log_inputs(settings, data)
-        results = registered_first(
-            train_seeds(
-                settings.train, settings.model, data.arrays,
-                data.preprocessor.model_dimensions(), checkpoints, context.progress,
-            )
+        results = train_seeds(
+            settings.train, settings.model, data.arrays,
+            data.preprocessor.model_dimensions(), checkpoints, context.progress,
         )  # fmt: skip
         comparison, calibrated = evaluate(settings, data, results, context.run_dir)
         artifact = model_artifact(settings, data, results, comparison)
@@ -173,7 +178,6 @@ def train_and_register(
         settings.mlflow.registered_model,
         str(version.version),
     )
-    best = results[0]
     return TrainReport(
         mlflow_run_id=run.info.run_id,
         experiment_id=experiment.experiment_id,
@@ -188,10 +192,10 @@ def train_and_register(
         weather_source=data.preprocessor.weather_source,
         digest=data.digest,
         test_digest=data.test_digest,
-        rows={**data.counts, "train": best.train_rows},
-        best_seed=best.seed,
-        best_epoch=best.best_epoch,
-        epochs_run=len(best.history),
+        rows={**data.counts, "train": results[0].train_rows},
+        seeds=tuple(r.seed for r in results),
+        best_epochs=tuple(r.best_epoch for r in results),
+        epochs_run=tuple(len(r.history) for r in results),
         inputs=data.preprocessor.inputs.names,
     )
 
@@ -259,23 +263,15 @@ def evaluate(
             settings.train.num_threads,
         ),
     ]
-    comparison = compare(
-        models,
-        arrays["validation"].label,
-        arrays["test"].label,
-        data.groups("test"),
-        settings.train.calibration,
-        seed_spread(results, arrays["test"]),
+    comparison = compare_with_seeds(
+        models, results, arrays, data.groups("test"), settings.train.calibration
     )
-    best = results[0]
     mlflow.log_metrics(
         {
             **comparison.metrics(),
-            "best_seed": best.seed,
-            "best_epoch": best.best_epoch,
-            "best_val_auc": best.best_val_auc,
-            "epochs_run": len(best.history),
-            "train_rows": best.train_rows,
+            **{f"seed_{r.seed}_best_epoch": r.best_epoch for r in results},
+            **{f"seed_{r.seed}_epochs_run": len(r.history) for r in results},
+            "train_rows": results[0].train_rows,
         }
     )
     mlflow.log_text(comparison.markdown(), "evaluation/comparison.md")
@@ -284,7 +280,7 @@ def evaluate(
         _group_aucs(data.rows["test"], arrays["test"].label, calibrated[TRANSFORMER]),
         "evaluation/auc_by_group.json",
     )
-    _log_evaluation_plots(run_dir / "plots", arrays, models, calibrated, best)
+    _log_evaluation_plots(run_dir / "plots", arrays, models, calibrated, results[0])
     return comparison, calibrated
 
 
@@ -398,18 +394,37 @@ def train_seeds(
     return results
 
 
-def registered_first(results: list[TrainResult]) -> list[TrainResult]:
-    """The seeds' results with the one a run registers (best validation AUC) first."""
-    best = max(results, key=lambda r: r.best_val_auc)
-    return [best, *(r for r in results if r is not best)]
+def compare_with_seeds(
+    models: list[ModelPredictions],
+    results: list[TrainResult],
+    arrays: dict[str, FeatureArrays],
+    test_groups: np.ndarray,
+    calibration: Method,
+) -> Comparison:
+    """The models compared on the test rows (deepsummit/train/comparison.py), the transformer's
+    seeds' spread beside them."""
+    comparison = compare(
+        models, arrays["validation"].label, arrays["test"].label, test_groups, calibration
+    )
+    calibrator = comparison.calibrators[TRANSFORMER]
+    return dataclasses.replace(comparison, seeds=seed_spread(results, arrays, calibrator))
 
 
-def seed_spread(results: list[TrainResult], test: FeatureArrays) -> SeedSpread:
-    """Each seed's validation AUC and test AUC, in the order of `results`."""
+def seed_spread(
+    results: list[TrainResult], arrays: dict[str, FeatureArrays], calibrator: Calibrator
+) -> SeedSpread:
+    """Each seed's validation and test AUC, and the mean width of their calibrated band on the
+    test rows (what `predict` shows as the band)."""
+    ones = np.ones((1, len(arrays["test"])))
+    networks = [r.model for r in results]
+    test = np.stack(
+        [calibrator.probabilities(z) for z in seed_logits(networks, arrays["test"].model_inputs())]
+    )
     return SeedSpread(
         tuple(r.seed for r in results),
         tuple(r.best_val_auc for r in results),
-        tuple(compute_metrics(test.label, predict_proba(r.model, test)).auc for r in results),
+        tuple(float(weighted_auc(arrays["test"].label, p, ones)[0]) for p in test),
+        float((test.max(0) - test.min(0)).mean()),
     )
 
 
@@ -418,19 +433,26 @@ def replace_seed(train_config: TrainConfig, seed: int) -> TrainConfig:
 
 
 def transformer_predictions(
-    ordered: list[TrainResult], arrays: dict[str, FeatureArrays]
+    results: list[TrainResult], arrays: dict[str, FeatureArrays]
 ) -> ModelPredictions:
-    """The registered seed's probabilities on validation and test, with its cost."""
-    best = ordered[0]
+    """The ensemble's probabilities (the seeds' mean logit) on validation and test, with its
+    cost."""
+    networks = [r.model for r in results]
+
+    def ensemble(rows: FeatureArrays) -> np.ndarray:
+        mean = seed_logits(networks, rows.model_inputs()).mean(axis=0)
+        return 1.0 / (1.0 + np.exp(-mean.astype(np.float64)))
+
     started = time.perf_counter()
-    test = predict_proba(best.model, arrays["test"])
+    test = ensemble(arrays["test"])
     per_1000 = (time.perf_counter() - started) / max(1, len(arrays["test"])) * 1000
     return ModelPredictions(
         TRANSFORMER,
-        predict_proba(best.model, arrays["validation"]),
+        ensemble(arrays["validation"]),
         test,
-        sum(r.seconds for r in ordered),
+        sum(r.seconds for r in results),
         per_1000,
+        ensemble,
     )
 
 
@@ -458,9 +480,9 @@ def _log_evaluation_plots(
     arrays: dict[str, FeatureArrays],
     models: list[ModelPredictions],
     calibrated: dict[str, np.ndarray],
-    best: TrainResult,
+    first: TrainResult,
 ) -> None:
-    """ROC, reliability before and after calibration, and the registered seed's learning
+    """ROC, reliability before and after calibration, and the first seed's learning
     curve."""
     labels = arrays["test"].label
     log_plots(
@@ -477,5 +499,5 @@ def _log_evaluation_plots(
                 labels, calibrated, directory / "calibration.png", "after calibration"
             ),
         ],
-        best.history,
+        first.history,
     )

@@ -29,7 +29,7 @@ import torch
 from sklearn.metrics import roc_auc_score
 from torch import nn
 
-from deepsummit.contracts.arrays import FeatureArrays, autocast_for, make_loader, predict_proba
+from deepsummit.contracts.arrays import FeatureArrays, autocast_for, batches, predict_proba
 from deepsummit.contracts.artifact import load_tensors, save_tensors
 from deepsummit.core.config import TrainConfig
 from deepsummit.core.errors import PipelineError
@@ -176,11 +176,11 @@ def train_model(
     while state.epoch < train_config.max_epochs and state.bad_epochs < train_config.patience:
         epoch_started = time.perf_counter()
         model.train()
-        loader = make_loader(
+        epoch_batches = batches(
             train, train_config.batch_size, shuffle=True, seed=train_config.seed + state.epoch
         )
         total_loss = 0.0
-        for inputs, labels in loader:
+        for inputs, labels in epoch_batches:
             inputs = {k: v.to(device, non_blocking=True) for k, v in inputs.items()}
             labels = labels.to(device, non_blocking=True)
             with autocast_for(device):

@@ -1,0 +1,141 @@
+"""How much the answer moves with the random seeds: the registered answer is the mean of the
+seeds' logits (deepsummit/serve/scoring.py), its band their spread.
+
+Trains the profile's ensemble twice on the bundle's features snapshot, with disjoint seed sets
+(42, 43, … and 142, 143, …), each calibrated on the validation split as the train stage does,
+and prints:
+- the mean band width (highest − lowest seed's calibrated P) on the test rows, per ensemble;
+- how far the two ensembles' answers lie apart on the test rows (mean, 99th percentile, max);
+- the same on a planned attempt: a commercial Everest member with oxygen (age 40, USA, male)
+  on every push day from 5 to 31 May 2019, scored through the serving path.
+
+    .venv/bin/python bench/seed_stability.py --bundle /tmp/deepsummit-bundle [--seeds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import logging
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+from _bundle import bundle_features, bundle_settings
+
+from deepsummit.contracts.arrays import seed_logits
+from deepsummit.contracts.artifact import ModelArtifact
+from deepsummit.contracts.calibration import Calibrator
+from deepsummit.contracts.drift import DistributionProfile
+from deepsummit.contracts.snapshot import DRIFT_PROFILE_FILE, load_history, newest_features_dir
+from deepsummit.core.planned import planned_frame, planned_record
+from deepsummit.core.warehouse import connect
+from deepsummit.serve.predict import daily_weather
+from deepsummit.serve.scoring import score
+from deepsummit.train.comparison import logit
+from deepsummit.train.stage import TrainingData, train_seeds, transformer_predictions
+
+EXAMPLE = {"peak": "EVER", "age": 40, "sex": "M", "nationality": "USA", "oxygen": True,
+           "commercial": True}  # fmt: skip
+EXAMPLE_DAYS = [dt.date(2019, 5, day) for day in range(5, 32)]
+
+
+def ensemble(settings, data: TrainingData, first_seed: int) -> tuple[ModelArtifact, np.ndarray]:
+    """The profile's seeds from `first_seed` on: the artifact (calibrated on validation) and
+    each seed's calibrated P on the test rows (seeds × rows)."""
+    train_config = settings.train.model_copy(update={"seed": first_seed})
+    with tempfile.TemporaryDirectory() as checkpoints:
+        results = train_seeds(
+            train_config, settings.model, data.arrays, data.preprocessor.model_dimensions(),
+            Path(checkpoints), epoch_log=lambda record, prefix: None,
+        )  # fmt: skip
+    mean = transformer_predictions(results, data.arrays)
+    calibrator = Calibrator.fit(
+        settings.train.calibration, logit(mean.validation), data.arrays["validation"].label
+    )
+    networks = [r.model for r in results]
+    seeds = np.stack(
+        [
+            calibrator.probabilities(z)
+            for z in seed_logits(networks, data.arrays["test"].model_inputs())
+        ]
+    )
+    artifact = ModelArtifact(
+        networks=networks,
+        seeds=[r.seed for r in results],
+        preprocessor=data.preprocessor,
+        calibrator=calibrator,
+        history=load_history(data.directory),
+        drift_reference=DistributionProfile.from_json(
+            (data.directory / DRIFT_PROFILE_FILE).read_text()
+        ),
+    )
+    return artifact, seeds
+
+
+def example_requests(settings, source: str) -> pl.DataFrame:
+    with connect(settings.paths.warehouse, read_only=True) as con:
+        rows = [
+            {
+                **planned_record({**EXAMPLE, "push_date": day}),
+                "weather_source": source,
+                **daily_weather(con, "EVER", day, source),
+            }
+            for day in EXAMPLE_DAYS
+        ]
+    return planned_frame(rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--bundle", type=Path, required=True, help="working folder")
+    parser.add_argument("--profile", default="cpu")
+    parser.add_argument("--seeds", type=int, help="seeds per ensemble (default: the profile's)")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    if not (args.bundle / "features").exists():
+        bundle_features(args.bundle, args.profile)
+    base = bundle_settings(args.bundle, args.profile)
+    settings = (
+        base.model_copy(update={"train": base.train.model_copy(update={"seeds": args.seeds})})
+        if args.seeds
+        else base
+    )
+    data = TrainingData.read(newest_features_dir(settings.features.features_dir))
+    requests = example_requests(settings, data.preprocessor.weather_source)
+    answers, test_means = [], []
+    print(
+        f"profile {settings.profile}: {settings.train.seeds} seeds per ensemble, "
+        f"{settings.train.max_epochs} epochs; test rows {len(data.arrays['test']):,}\n"
+    )
+    print(
+        "| ensemble | mean band on test rows | mean band, EVER 5–31 May 2019 "
+        "| P range over those days |"
+    )
+    print("| --- | ---: | ---: | --- |")
+    for first_seed in (42, 142):
+        artifact, seeds = ensemble(settings, data, first_seed)
+        scored = score(artifact, requests)
+        answers.append(scored.probability)
+        test_means.append(
+            artifact.calibrator.probabilities(
+                seed_logits(artifact.networks, data.arrays["test"].model_inputs()).mean(axis=0)
+            )
+        )
+        print(
+            f"| seeds {first_seed}… | {(seeds.max(0) - seeds.min(0)).mean():.3f} "
+            f"| {(scored.high - scored.low).mean():.3f} "
+            f"| {np.nanmin(scored.probability):.3f}–{np.nanmax(scored.probability):.3f} |"
+        )
+    test_moves = np.abs(test_means[0] - test_means[1])
+    example_moves = np.abs(answers[0] - answers[1])
+    print(
+        f"\nThe two ensembles' answers apart: test rows mean {test_moves.mean():.3f}, 99th "
+        f"percentile {np.percentile(test_moves, 99):.3f}, max {test_moves.max():.3f}; "
+        f"EVER example mean {np.nanmean(example_moves):.3f}, max {np.nanmax(example_moves):.3f}"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,179 @@
+"""The backtest's report: markdown tables, charts, and the MLflow run that keeps them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, no display
+import matplotlib.pyplot as plt
+import mlflow
+import numpy as np
+import polars as pl
+
+from deepsummit.backtest.push_days import PEAK_SEASON
+from deepsummit.backtest.run import MODELS, PUSH_DAY_MODELS, BacktestReport, FoldOutcome
+from deepsummit.core.config import Settings
+
+BACKTEST_RUN = "backtest"
+SEASONS_CHART = "seasons.png"
+PUSH_DAYS_CHART = "push_days.png"
+REPORT_FILE = "report.md"
+
+
+def markdown(report: BacktestReport) -> str:
+    table = report.seasons
+    lines = [
+        "### Season by season (held out, rolling origin)",
+        "",
+        "Each fold trains on the years before its test year minus two, validates on those two "
+        "and tests on one year; 95% intervals from an expedition bootstrap. AUC within a "
+        "season ranks that season's members; the pooled AUC also ranks years.",
+        "",
+        "| model | mean within-season AUC | with disaster seasons | pooled AUC |",
+        "| --- | --- | --- | --- |",
+        *(
+            f"| {m} | {table.within_ordinary[m].render()} | {table.within[m].render()} "
+            f"| {table.pooled[m].render()} |"
+            for m in table.models
+        ),
+        "",
+        *(f"- {name}: {diff.render(4)} (paired)" for name, diff in table.differences.items()),
+        f"- {report.calibration.render()}",
+        f"- mean seed band on a held-out row: {report.seed_spread:.3f}",
+        "",
+        "| season | rows | summit rate | "
+        + " | ".join(f"{m} AUC" for m in MODELS)
+        + " | transformer Brier | transformer ECE | note |",
+        "| --- | ---: | ---: | " + " | ".join("---" for _ in MODELS) + " | --- | --- | --- |",
+    ]
+    for season in table.seasons:
+        if season.scored:
+            aucs = " | ".join(season.scores[m].auc.render() for m in MODELS)
+            first = season.scores[MODELS[0]]
+            figures = f"{aucs} | {first.brier.render()} | {first.ece.render()}"
+        else:
+            figures = " | ".join("–" for _ in range(len(MODELS) + 2))
+        lines.append(
+            f"| {season.season} | {season.rows:,} | {season.summit_rate:.2f} | {figures} "
+            f"| {season.note} |"
+        )
+    skill = report.push_days
+    lines += [
+        "",
+        "### Push-day skill (held-out peak-seasons, archive weather as a perfect forecast)",
+        "",
+        "| model | mean Spearman (P per day vs summiters per day) | best day hit a summit day |",
+        "| --- | --- | --- |",
+        *(
+            f"| {m} | {skill.mean_spearman[m].render()} | {skill.hit_rate[m].render(2)} |"
+            for m in skill.models
+        ),
+        "",
+        *(
+            f"- {name}: {diff.render(3)} (paired over seasons)"
+            for name, diff in skill.differences.items()
+        ),
+        "",
+        "| peak-season | days | summit days | summiters | "
+        + " | ".join(f"{m} ρ" for m in skill.models)
+        + " |",
+        "| --- | ---: | ---: | ---: | " + " | ".join("---:" for _ in skill.models) + " |",
+        *(
+            f"| {s.peakid} {s.year} {s.season} | {s.days} | {s.summit_days} | {s.summiters} | "
+            + " | ".join(f"{s.spearman[m]:+.2f}" for m in skill.models)
+            + " |"
+            for s in skill.seasons
+        ),
+        "",
+        "Folds: " + "; ".join(f"{o.fold.name} {_fold_state(o)}" for o in report.folds),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _fold_state(outcome: FoldOutcome) -> str:
+    if outcome.skipped:
+        return f"skipped: {outcome.skipped}"
+    return "read from cache" if outcome.cached else "trained"
+
+
+def season_chart(report: BacktestReport, path: Path) -> Path:
+    scored = [s for s in report.seasons.seasons if s.scored]
+    figure, axis = plt.subplots(figsize=(max(8, 0.45 * len(scored)), 4))
+    x = np.arange(len(scored))
+    for offset, model in zip((-0.2, 0.0, 0.2), MODELS, strict=True):
+        estimates = np.array([s.scores[model].auc.estimate for s in scored])
+        low = estimates - np.array([s.scores[model].auc.low for s in scored])
+        high = np.array([s.scores[model].auc.high for s in scored]) - estimates
+        axis.errorbar(x + offset, estimates, yerr=[low, high], fmt="o", ms=3, label=model)
+    axis.set_xticks(x, [s.season for s in scored], rotation=70, fontsize=7)
+    axis.set_ylabel("AUC within the season (95% CI)")
+    axis.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
+def push_day_chart(daily: pl.DataFrame, path: Path) -> Path:
+    """One panel per peak-season: summiters per day as bars, each model's P as a line."""
+    keys = daily.select(PEAK_SEASON).unique(maintain_order=True).rows()
+    columns = 3
+    rows = max(1, -(-len(keys) // columns))
+    figure, axes = plt.subplots(rows, columns, figsize=(5 * columns, 2.6 * rows), squeeze=False)
+    for axis, key in zip(axes.flat, keys, strict=False):
+        days = daily.filter(pl.struct(PEAK_SEASON) == dict(zip(PEAK_SEASON, key, strict=True)))
+        axis.bar(days["smtdate"].to_list(), days["summiters"].to_list(), color="0.8")
+        twin = axis.twinx()
+        for model in PUSH_DAY_MODELS:
+            values = days[model].to_numpy()
+            span = np.ptp(values) or 1.0
+            twin.plot(days["smtdate"].to_list(), (values - values.min()) / span, label=model)
+        axis.set_title(" ".join(map(str, key)), fontsize=9)
+        axis.tick_params(axis="x", labelsize=6, rotation=45)
+        twin.set_yticks([])
+    for axis in list(axes.flat)[len(keys) :]:
+        axis.axis("off")
+    axes.flat[0].figure.legend(*twin.get_legend_handles_labels(), loc="lower right", fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return path
+
+
+def write_report(report: BacktestReport) -> dict[str, Path]:
+    files = {
+        "report": report.directory / REPORT_FILE,
+        "seasons": season_chart(report, report.directory / SEASONS_CHART),
+        "push_days": push_day_chart(report.daily, report.directory / PUSH_DAYS_CHART),
+    }
+    files["report"].write_text(markdown(report))
+    return files
+
+
+def log_to_mlflow(
+    settings: Settings,
+    report: BacktestReport,
+    files: dict[str, Path],
+    tags: Mapping[str, str] | None = None,
+) -> str:
+    """One MLflow run (tag kind=backtest) with the figures as metrics and the report and charts
+    as artifacts; returns its id."""
+    mlflow.set_tracking_uri(settings.mlflow.tracking_uri)
+    mlflow.set_experiment(settings.mlflow.experiment)
+    run_tags = {**(tags or {}), "kind": BACKTEST_RUN}
+    with mlflow.start_run(run_name="backtest", tags=run_tags) as run:
+        mlflow.log_params(
+            {
+                "profile": settings.profile,
+                "folds": f"{settings.backtest.first_test_year}-{settings.backtest.last_test_year}",
+                "validation_years": settings.backtest.validation_years,
+                "seeds": settings.train.seeds,
+            }
+        )
+        mlflow.log_metrics({k: v for k, v in report.metrics().items() if np.isfinite(v)})
+        for path in files.values():
+            mlflow.log_artifact(str(path), "backtest")
+        return run.info.run_id

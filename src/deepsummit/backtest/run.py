@@ -1,0 +1,343 @@
+"""The backtest run: every fold trained and scored (each one cached on disk), then the season
+table, the calibration choice and the push-day skill, written as a report with charts.
+
+A fold's files live under `<backtest.output_dir>/<key>/`, the key a digest of the snapshot and
+of every setting that changes a fold's result: a rerun on the same snapshot reads them back and
+trains nothing, and a run cut short resumes at the first fold without files (and inside a fold
+at the transformer's last checkpoint). A fold that cannot train is reported and skipped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from deepsummit.backtest.folds import Fold, FoldInputs, fold_inputs, rolling_folds
+from deepsummit.backtest.push_days import (
+    CLIMATOLOGY,
+    PEAK_SEASON,
+    Candidates,
+    PushDaySkill,
+    candidate_attempts,
+    climatology,
+    daily_scores,
+    eligible_peak_seasons,
+    season_skill,
+    summarise,
+)
+from deepsummit.backtest.seasons import (
+    CalibrationChoice,
+    SeasonTable,
+    choose_calibration,
+    season_table,
+)
+from deepsummit.contracts.arrays import seed_logits
+from deepsummit.contracts.calibration import Calibrator
+from deepsummit.contracts.preprocessing import Preprocessor
+from deepsummit.contracts.snapshot import (
+    PREPROCESSING_FILE,
+    load_history,
+    read_features,
+    read_windows,
+)
+from deepsummit.core.config import Settings
+from deepsummit.core.context import Progress, no_progress
+from deepsummit.core.errors import PipelineError
+from deepsummit.core.warehouse import connect
+from deepsummit.train.baselines import run_baselines
+from deepsummit.train.comparison import TRANSFORMER, logit
+from deepsummit.train.stage import train_seeds, transformer_predictions
+from deepsummit.train.trainer import training_slice
+
+logger = logging.getLogger(__name__)
+
+LIGHTGBM, LOGISTIC = "LightGBM", "logistic regression"
+MODELS = (TRANSFORMER, LIGHTGBM, LOGISTIC)
+NO_WEATHER = "transformer, weather masked"
+PUSH_DAY_MODELS = (TRANSFORMER, NO_WEATHER, CLIMATOLOGY, LIGHTGBM)
+HELD_OUT_KEYS = ("expid", "member_id", "year", "season", "peakid", "label")
+
+
+@dataclass(frozen=True)
+class FoldOutcome:
+    fold: Fold
+    held_out: pl.DataFrame | None  # the test year's rows: raw_<model>, <model>, seed_spread
+    push_days: pl.DataFrame | None  # candidate rows: peak-season, smtdate, P per model
+    summary: dict  # rows per part, seconds, epochs; or the reason it was skipped
+    cached: bool
+
+    @property
+    def skipped(self) -> str | None:
+        return self.summary.get("skipped")
+
+
+@dataclass(frozen=True)
+class BacktestReport:
+    directory: Path
+    folds: tuple[FoldOutcome, ...]
+    seasons: SeasonTable
+    calibration: CalibrationChoice
+    push_days: PushDaySkill
+    daily: pl.DataFrame  # per held-out peak-season and day: summiters and each model's score
+    seed_spread: float  # mean over held-out rows of the seeds' band width (calibrated)
+
+    def metrics(self) -> dict[str, float]:
+        return {
+            **self.seasons.metrics(),
+            **self.push_days.metrics(),
+            "backtest_seed_spread": self.seed_spread,
+            "backtest_calibration_ece_chosen": self.calibration.ece[self.calibration.chosen],
+            "backtest_folds_skipped": sum(1 for f in self.folds if f.skipped),
+        }
+
+
+def backtest_key(settings: Settings, snapshot: Path) -> str:
+    """What a fold's result follows from: the snapshot's content and the settings that train
+    and fold (not where files go)."""
+    preprocessing = json.loads((snapshot / PREPROCESSING_FILE).read_text())
+    document = json.dumps(
+        {
+            "snapshot": preprocessing["extra"]["snapshot_digest"],
+            "model": dataclasses.asdict(settings.model),
+            "train": settings.train.model_dump(
+                mode="json", exclude={"checkpoint_dir", "snapshot", "device", "num_threads"}
+            ),
+            "folds": settings.backtest.model_dump(
+                mode="json", include={"validation_years", "push_day_min_summiters"}
+            ),
+        },
+        sort_keys=True,
+        default=str,
+    )
+    return hashlib.sha256(document.encode()).hexdigest()[:16]
+
+
+def run_backtest(
+    settings: Settings, snapshot: Path, progress: Progress = no_progress
+) -> BacktestReport:
+    config = settings.backtest
+    directory = config.output_dir / backtest_key(settings, snapshot)
+    directory.mkdir(parents=True, exist_ok=True)
+    features, windows = read_features(snapshot), read_windows(snapshot)
+    template = Preprocessor.load(snapshot / PREPROCESSING_FILE)
+    folds = rolling_folds(config)
+    seasons = eligible_peak_seasons(
+        features,
+        range(config.first_test_year, config.last_test_year + 1),
+        config.push_day_min_summiters,
+    )
+    candidates = None
+    outcomes = []
+    for done, fold in enumerate(folds):
+        progress(done, len(folds), f"fold {fold.name} ({fold.describe()})")
+        outcome = _read_fold(directory, fold)
+        if outcome is None:
+            if candidates is None:  # only a fold that trains needs them
+                candidates = _candidates(settings, snapshot, seasons, features, template)
+            outcome = _run_fold(settings, fold, features, windows, template, candidates)
+            _write_fold(directory, outcome)
+        outcomes.append(outcome)
+        logger.info("backtest fold %s: %s", fold.name, outcome.skipped or "done")
+    progress(len(folds), len(folds), "folds done")
+    return _report(settings, directory, tuple(outcomes), features, seasons)
+
+
+def _candidates(
+    settings: Settings,
+    snapshot: Path,
+    seasons: pl.DataFrame,
+    features: pl.DataFrame,
+    template: Preprocessor,
+) -> Candidates:
+    with connect(settings.paths.warehouse, read_only=True) as warehouse:
+        return candidate_attempts(
+            warehouse,
+            load_history(snapshot),
+            seasons,
+            features,
+            template.weather_source,
+            float(template.extra.get("success_rate_prior_strength", 0.0)),
+        )
+
+
+def _run_fold(
+    settings: Settings,
+    fold: Fold,
+    features: pl.DataFrame,
+    windows: pl.DataFrame,
+    template: Preprocessor,
+    candidates: Candidates,
+) -> FoldOutcome:
+    started = time.perf_counter()
+    inputs = fold_inputs(fold, features, windows, template)
+    sizes = {part: len(a) for part, a in inputs.arrays.items()}
+    reason = _cannot_train(inputs)
+    if reason:
+        return FoldOutcome(fold, None, None, {"rows": sizes, "skipped": reason}, cached=False)
+    arrays, train_config = inputs.arrays, settings.train
+    results = train_seeds(
+        train_config,
+        settings.model,
+        arrays,
+        inputs.preprocessor.model_dimensions(),
+        settings.backtest.output_dir / "checkpoints" / fold.name,
+        epoch_log=lambda record, prefix: None,
+    )
+    models = [
+        transformer_predictions(results, arrays),
+        *run_baselines(
+            training_slice(arrays["train"], train_config.max_train_rows, train_config.seed),
+            arrays["validation"],
+            arrays["test"],
+            inputs.preprocessor.categorical_cardinalities,
+            train_config.seed,
+            train_config.num_threads,
+        ),
+    ]
+    columns = {}
+    calibrators = {}
+    for model in models:
+        calibrators[model.name] = Calibrator.fit(
+            train_config.calibration, logit(model.validation), arrays["validation"].label
+        )
+        columns[f"raw_{model.name}"] = model.test
+        columns[model.name] = calibrators[model.name].probabilities(logit(model.test))
+    seeds = np.stack(
+        [
+            calibrators[TRANSFORMER].probabilities(z)
+            for z in seed_logits([r.model for r in results], arrays["test"].model_inputs())
+        ]
+    )
+    held_out = (
+        inputs.rows["test"]
+        .select(HELD_OUT_KEYS)
+        .with_columns(
+            **{name: pl.Series(values) for name, values in columns.items()},
+            seed_spread=pl.Series(seeds.max(axis=0) - seeds.min(axis=0)),
+        )
+    )
+    push_days = _score_candidates(inputs, candidates, models, template)
+    summary = {
+        "rows": sizes,
+        "seconds": time.perf_counter() - started,
+        "epochs": [[r.best_epoch, len(r.history)] for r in results],
+    }
+    return FoldOutcome(fold, held_out, push_days, summary, cached=False)
+
+
+def _cannot_train(inputs: FoldInputs) -> str | None:
+    for part, arrays in inputs.arrays.items():
+        if len(arrays) == 0:
+            return f"no {part} rows"
+        if part != "test" and len(np.unique(arrays.label)) < 2:
+            return f"{part} rows have one outcome only"
+    return None
+
+
+def _score_candidates(
+    inputs: FoldInputs, candidates: Candidates, models: list, template: Preprocessor
+) -> pl.DataFrame:
+    """The fold's test-year candidate rows with each model's P (uncalibrated: the skill is a
+    ranking of days)."""
+    allowed = int(template.extra.get("max_missing_days", 0))
+    complete = candidates.windows.group_by("peakid", "date").agg(pl.col("missing_days").max())
+    complete = complete.filter(pl.col("missing_days") <= allowed).select("peakid", smtdate="date")
+    rows = candidates.features.filter(pl.col("year") == inputs.fold.test_year).join(
+        complete, on=["peakid", "smtdate"], maintain_order="left"
+    )
+    if not rows.height:
+        return rows.select(*PEAK_SEASON, "smtdate")
+    arrays = inputs.preprocessor.transform(rows, candidates.windows)
+    by_name = {m.name: m.predict for m in models}
+    return rows.select(*PEAK_SEASON, "smtdate").with_columns(
+        **{
+            TRANSFORMER: pl.Series(by_name[TRANSFORMER](arrays)),
+            NO_WEATHER: pl.Series(by_name[TRANSFORMER](arrays.without_weather())),
+            LIGHTGBM: pl.Series(by_name[LIGHTGBM](arrays)),
+        }
+    )
+
+
+def _fold_files(directory: Path, fold: Fold) -> dict[str, Path]:
+    return {
+        "held_out": directory / f"fold-{fold.name}-held-out.parquet",
+        "push_days": directory / f"fold-{fold.name}-push-days.parquet",
+        "summary": directory / f"fold-{fold.name}.json",  # written last: the fold is done
+    }
+
+
+def _read_fold(directory: Path, fold: Fold) -> FoldOutcome | None:
+    files = _fold_files(directory, fold)
+    if not files["summary"].exists():
+        return None
+    summary = json.loads(files["summary"].read_text())
+    if summary.get("skipped"):
+        return FoldOutcome(fold, None, None, summary, cached=True)
+    return FoldOutcome(
+        fold,
+        pl.read_parquet(files["held_out"]),
+        pl.read_parquet(files["push_days"]),
+        summary,
+        cached=True,
+    )
+
+
+def _write_fold(directory: Path, outcome: FoldOutcome) -> None:
+    files = _fold_files(directory, outcome.fold)
+    if outcome.held_out is not None and outcome.push_days is not None:
+        outcome.held_out.write_parquet(files["held_out"])
+        outcome.push_days.write_parquet(files["push_days"])
+    partial = files["summary"].with_suffix(".partial")
+    partial.write_text(json.dumps(outcome.summary, indent=2))
+    partial.rename(files["summary"])
+
+
+def _report(
+    settings: Settings,
+    directory: Path,
+    outcomes: tuple[FoldOutcome, ...],
+    features: pl.DataFrame,
+    seasons: pl.DataFrame,
+) -> BacktestReport:
+    config = settings.backtest
+    trained = [o for o in outcomes if not o.skipped]
+    if not trained:
+        raise PipelineError(
+            "backtest: no fold could train: "
+            + "; ".join(f"{o.fold.name}: {o.skipped}" for o in outcomes)
+        )
+    held_out = pl.concat([o.held_out for o in trained])
+    candidates = pl.concat([o.push_days for o in trained if o.push_days.height])
+    table = season_table(held_out, MODELS, config.min_season_rows, config.disaster_seasons)
+    calibration = choose_calibration(
+        held_out.rename({f"raw_{TRANSFORMER}": "raw"}), "raw", config.newest_folds
+    )
+    scored = daily_scores(candidates, features, (TRANSFORMER, NO_WEATHER, LIGHTGBM))
+    skills, daily = [], []
+    for key in seasons.select(PEAK_SEASON).iter_rows():
+        days = scored.filter(pl.struct(PEAK_SEASON) == dict(zip(PEAK_SEASON, key, strict=True)))
+        if days.height < 2:
+            logger.warning("push days: %s has %d scored days; skipped", key, days.height)
+            continue
+        days = days.with_columns(
+            pl.Series(CLIMATOLOGY, climatology(features, key, days["smtdate"]))
+        )
+        skills.append(season_skill(days, PUSH_DAY_MODELS, key))
+        daily.append(days)
+    return BacktestReport(
+        directory=directory,
+        folds=outcomes,
+        seasons=table,
+        calibration=calibration,
+        push_days=summarise(skills, PUSH_DAY_MODELS),
+        daily=pl.concat(daily),
+        seed_spread=float(held_out["seed_spread"].mean()),
+    )

@@ -1,0 +1,187 @@
+"""Held-out seasons scored one by one, and the mean within seasons beside the pooled figure.
+
+A pooled AUC over several years rewards ranking years: the test years' summit rates differ,
+and a model that knows the year's mood gains without ranking one season's members any better.
+So each season (year and season, e.g. "2016 Spring") gets its own AUC, Brier and ECE, and the
+models are compared on the mean of the within-season AUCs. Intervals come from one expedition
+bootstrap over all held-out rows (deepsummit/train/bootstrap.py): every replicate recomputes
+each season's AUC and their mean, and the paired difference of two models uses the same
+replicates for both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from deepsummit.contracts.calibration import Calibrator
+from deepsummit.train.bootstrap import (
+    Interval,
+    MetricIntervals,
+    interval,
+    metric_intervals,
+    replicate_weights,
+    weighted_auc,
+)
+from deepsummit.train.comparison import logit, slug
+from deepsummit.train.evaluation import expected_calibration_error
+
+CALIBRATION_METHODS = ("none", "temperature", "platt", "isotonic")
+
+
+def season_name(year: pl.Expr, season: pl.Expr) -> pl.Expr:
+    return pl.format("{} {}", year, season)
+
+
+@dataclass(frozen=True)
+class SeasonScore:
+    season: str  # "2016 Spring"
+    rows: int
+    summit_rate: float
+    scores: dict[str, MetricIntervals]  # per model; empty when the season is not scored
+    note: str  # why it is not scored, or why it is set apart ("" otherwise)
+
+    @property
+    def scored(self) -> bool:
+        return bool(self.scores)
+
+
+@dataclass(frozen=True)
+class SeasonTable:
+    models: tuple[str, ...]  # the first is the one the differences are taken from
+    seasons: tuple[SeasonScore, ...]
+    within: dict[str, Interval]  # mean within-season AUC over every scored season
+    within_ordinary: dict[str, Interval]  # the same without the disaster seasons
+    pooled: dict[str, Interval]  # AUC of all held-out rows at once
+    differences: dict[str, Interval]  # first − other, mean within-season AUC (ordinary)
+
+    def metrics(self) -> dict[str, float]:
+        values: dict[str, float] = {}
+        for name in self.models:
+            key = slug(name)
+            values |= self.within_ordinary[name].as_dict(f"backtest_{key}_within_season_auc")
+            values |= self.within[name].as_dict(f"backtest_{key}_within_season_auc_all")
+            values |= self.pooled[name].as_dict(f"backtest_{key}_pooled_auc")
+        for name, diff in self.differences.items():
+            key = slug(name.split(" − ")[1])
+            values |= diff.as_dict(f"backtest_within_season_auc_difference_{key}")
+        return values
+
+
+def season_table(
+    predictions: pl.DataFrame,
+    models: tuple[str, ...],
+    min_rows: int,
+    disaster_seasons: tuple[str, ...],
+) -> SeasonTable:
+    """`predictions`: the held-out rows (expid, year, season, label) with one calibrated
+    probability column per model."""
+    frame = predictions.with_columns(
+        season_key=season_name(pl.col("year"), pl.col("season")),
+        group=pl.format("{}/{}", "expid", "year"),
+    ).sort("year", "season", "expid")
+    labels = frame["label"].to_numpy().astype(np.float64)
+    weights = replicate_weights(frame["group"].to_numpy())
+    ones = np.ones((1, len(labels)))
+    seasons, scored_rows, ordinary = [], [], []
+    for key in frame["season_key"].unique(maintain_order=True).to_list():
+        rows = np.flatnonzero(frame["season_key"].to_numpy() == key)
+        season_labels = labels[rows]
+        note = ""
+        if len(rows) < min_rows:
+            note = f"not scored: {len(rows)} rows (fewer than {min_rows})"
+        elif season_labels.min() == season_labels.max():
+            note = "not scored: one outcome only"
+        scores = {}
+        if not note:
+            scores = {
+                m: metric_intervals(season_labels, frame[m].to_numpy()[rows], weights[:, rows])
+                for m in models
+            }
+            scored_rows.append(rows)
+            if key in disaster_seasons:
+                note = "disaster season: shown, left out of the ordinary mean"
+            else:
+                ordinary.append(rows)
+        seasons.append(SeasonScore(key, len(rows), float(season_labels.mean()), scores, note))
+
+    def within(groups: list[np.ndarray], model: str) -> tuple[float, np.ndarray]:
+        scores = frame[model].to_numpy()
+        point = np.mean([weighted_auc(labels[r], scores[r], ones[:, r])[0] for r in groups])
+        replicates = np.nanmean(
+            [weighted_auc(labels[r], scores[r], weights[:, r]) for r in groups], axis=0
+        )
+        return float(point), replicates
+
+    first, *others = models
+    within_all = {m: interval(*within(scored_rows, m)) for m in models}
+    ordinary_parts = {m: within(ordinary, m) for m in models}
+    pooled = {
+        m: interval(
+            weighted_auc(labels, frame[m].to_numpy(), ones)[0],
+            weighted_auc(labels, frame[m].to_numpy(), weights),
+        )
+        for m in models
+    }
+    differences = {
+        f"{first} − {other}": interval(
+            ordinary_parts[first][0] - ordinary_parts[other][0],
+            ordinary_parts[first][1] - ordinary_parts[other][1],
+        )
+        for other in others
+    }
+    return SeasonTable(
+        models=models,
+        seasons=tuple(seasons),
+        within=within_all,
+        within_ordinary={m: interval(*ordinary_parts[m]) for m in models},
+        pooled=pooled,
+        differences=differences,
+    )
+
+
+@dataclass(frozen=True)
+class CalibrationChoice:
+    """Each map fitted on the out-of-time predictions of the folds before the newest, judged by
+    ECE on the newest folds; the chosen one is never worse than no map."""
+
+    fitted_on: tuple[int, ...]  # test years whose held-out predictions fit each map
+    judged_on: tuple[int, ...]
+    ece: dict[str, float]  # per method, on the newest folds
+    chosen: str
+
+    def render(self) -> str:
+        figures = ", ".join(f"{m} {e:.4f}" for m, e in self.ece.items())
+        if not self.fitted_on:
+            return f"calibration: too few folds to fit a map out of time; ECE {figures}"
+        return (
+            f"calibration fitted on the held-out predictions of {_years(self.fitted_on)}, "
+            f"judged on {_years(self.judged_on)}: ECE {figures}; chosen: {self.chosen}"
+        )
+
+
+def choose_calibration(held_out: pl.DataFrame, model: str, newest_folds: int) -> CalibrationChoice:
+    """`held_out`: every fold's test rows (year, label) with the model's uncalibrated
+    probability in column `model`."""
+    years = sorted(held_out["year"].unique().to_list())
+    judged = tuple(years[-newest_folds:])
+    fitted = tuple(years[-2 * newest_folds : -newest_folds])
+    fit = held_out.filter(pl.col("year").is_in(fitted))
+    judge = held_out.filter(pl.col("year").is_in(judged))
+    labels = judge["label"].to_numpy().astype(np.float64)
+    ece = {}
+    methods = CALIBRATION_METHODS if fit.height else ("none",)  # too few folds to fit a map
+    for method in methods:
+        calibrator = Calibrator.fit(
+            method, logit(fit[model].to_numpy()), fit["label"].to_numpy().astype(np.float64)
+        )
+        probabilities = calibrator.probabilities(logit(judge[model].to_numpy()))
+        ece[method] = expected_calibration_error(labels, probabilities)
+    chosen = min(ece, key=lambda m: (ece[m], m != "none"))
+    return CalibrationChoice(fitted, judged, ece, chosen)
+
+
+def _years(years: tuple[int, ...]) -> str:
+    return f"{years[0]}–{years[-1]}" if len(years) > 1 else str(years[0])

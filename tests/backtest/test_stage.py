@@ -1,0 +1,101 @@
+"""The backtest stage on the bundle's real features snapshot (tiny profile, two folds): every
+fold trained once and cached, a crash resumes at the next fold, a fold that cannot train is
+reported, and the report reaches disk and MLflow."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+
+from deepsummit.backtest.folds import Fold
+from deepsummit.backtest.run import MODELS, _fold_files, run_backtest
+from deepsummit.backtest.stage import backtest
+from deepsummit.core.config import Settings, load_settings
+from deepsummit.core.context import RunContext
+
+pytest_plugins = ["features_fixtures"]
+
+
+@pytest.fixture(scope="module")
+def setup(bundle_features, tmp_path_factory: pytest.TempPathFactory) -> tuple[Settings, Path]:
+    features_settings, report, _ = bundle_features
+    root = tmp_path_factory.mktemp("backtest")
+    settings = load_settings(
+        "tiny",
+        {
+            "paths": {"warehouse": str(features_settings.paths.warehouse)},
+            "features": features_settings.features.model_dump(mode="json"),
+            "mlflow": {"tracking_uri": f"sqlite:///{root / 'mlflow.db'}"},
+            "train": {"seeds": 2, "max_epochs": 1, "num_threads": 1},
+            "backtest": {
+                "first_test_year": 2018,
+                "last_test_year": 2019,
+                "output_dir": str(root / "backtest"),
+                "newest_folds": 1,
+            },
+        },
+    )
+    return settings, report.directory
+
+
+@pytest.fixture(scope="module")
+def first(setup):
+    settings, snapshot = setup
+    return backtest(settings, RunContext(settings.paths.runs_dir / "bt"), snapshot)
+
+
+def test_every_fold_trains_and_every_held_out_row_is_scored(first, bundle_features) -> None:
+    _, _, features = bundle_features
+    report = first.report
+    assert [(o.fold.name, o.cached, o.skipped) for o in report.folds] == [
+        ("2018", False, None),
+        ("2019", False, None),
+    ]
+    held_out = features.filter(features["year"].is_in([2018, 2019])).height
+    assert sum(s.rows for s in report.seasons.seasons) == held_out
+    for model in MODELS:
+        assert 0.5 < report.seasons.within[model].estimate < 1.0
+    skill = report.push_days
+    assert skill.seasons, "the bundle has peak-seasons with 30 summiters in 2018–19"
+    for season in skill.seasons:
+        assert season.days >= 2
+        assert all(-1 <= v <= 1 for v in season.spearman.values() if v == v)
+    assert 0.0 <= report.seed_spread < 0.5
+
+
+def test_the_report_reaches_disk_and_mlflow(first, setup) -> None:
+    settings, _ = setup
+    text = first.files["report"].read_text()
+    assert "mean within-season AUC" in text and "Push-day skill" in text
+    assert first.files["seasons"].stat().st_size > 0
+    run = MlflowClient(settings.mlflow.tracking_uri).get_run(first.mlflow_run_id)
+    assert run.data.tags["kind"] == "backtest"
+    assert "backtest_transformer_within_season_auc" in run.data.metrics
+    assert "push_day_transformer_weather_masked_spearman" in run.data.metrics
+    assert "push_day_transformer_spearman" in run.data.metrics
+
+
+def test_a_rerun_trains_nothing_and_a_crash_resumes_at_the_next_fold(first, setup) -> None:
+    settings, snapshot = setup
+    again = run_backtest(settings, snapshot)
+    assert all(o.cached for o in again.folds)
+    assert again.seasons.within == first.report.seasons.within
+    # A run that died during the 2019 fold: its summary (written last) is missing.
+    _fold_files(first.report.directory, Fold(2019, 2))["summary"].unlink()
+    resumed = run_backtest(settings, snapshot)
+    assert [o.cached for o in resumed.folds] == [True, False]
+
+
+def test_a_fold_that_cannot_train_is_reported_not_dropped(setup) -> None:
+    settings, snapshot = setup
+    early = settings.model_copy(
+        update={
+            "backtest": settings.backtest.model_copy(
+                update={"first_test_year": 1921, "last_test_year": 1921}
+            )
+        }
+    )
+    with pytest.raises(Exception, match="1921: no train rows"):
+        run_backtest(early, snapshot)
