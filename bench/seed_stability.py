@@ -10,6 +10,7 @@ and prints:
   on every push day from 5 to 31 May 2019, scored through the serving path.
 
     .venv/bin/python bench/seed_stability.py --bundle /tmp/deepsummit-bundle [--seeds 5]
+        [--max-epochs 8 --patience 3]
 """
 
 from __future__ import annotations
@@ -92,16 +93,16 @@ def main() -> None:
     parser.add_argument("--bundle", type=Path, required=True, help="working folder")
     parser.add_argument("--profile", default="cpu")
     parser.add_argument("--seeds", type=int, help="seeds per ensemble (default: the profile's)")
+    parser.add_argument("--max-epochs", type=int, help="epochs (default: the profile's)")
+    parser.add_argument("--patience", type=int, help="early-stopping patience")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     if not (args.bundle / "features").exists():
         bundle_features(args.bundle, args.profile)
     base = bundle_settings(args.bundle, args.profile)
-    settings = (
-        base.model_copy(update={"train": base.train.model_copy(update={"seeds": args.seeds})})
-        if args.seeds
-        else base
-    )
+    given = {"seeds": args.seeds, "max_epochs": args.max_epochs, "patience": args.patience}
+    train = base.train.model_copy(update={k: v for k, v in given.items() if v is not None})
+    settings = base.model_copy(update={"train": train})
     data = TrainingData.read(newest_features_dir(settings.features.features_dir))
     requests = example_requests(settings, data.preprocessor.weather_source)
     answers, test_means = [], []

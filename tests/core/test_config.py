@@ -96,3 +96,22 @@ def test_dotted_options_become_nested_overrides_without_touching_the_base() -> N
         "paths": {"warehouse": "w.duckdb"},
     }
     assert base == {"train": {"max_epochs": 2}, "features": {"split": {"test_until": 2018}}}
+
+
+def test_a_variable_set_on_a_whole_section_names_the_variable_that_works(monkeypatch) -> None:
+    monkeypatch.setenv("DEEPSUMMIT_WAREHOUSE", "/tmp/w.duckdb")
+    with pytest.raises(ValueError) as raised:
+        load_settings("cpu")
+    message = str(raised.value)
+    assert message.startswith("DEEPSUMMIT_WAREHOUSE names the settings section 'warehouse'")
+    assert "did you mean DEEPSUMMIT_PATHS__WAREHOUSE?" in message
+    assert "\n" not in message
+    monkeypatch.delenv("DEEPSUMMIT_WAREHOUSE")
+    monkeypatch.setenv("DEEPSUMMIT_PATHS__WAREHOUSE", "/tmp/w.duckdb")
+    assert str(load_settings("cpu").paths.warehouse) == "/tmp/w.duckdb"
+
+
+def test_a_section_without_a_field_of_that_name_lists_its_fields(monkeypatch) -> None:
+    monkeypatch.setenv("DEEPSUMMIT_DRIFT", "0.3")
+    with pytest.raises(ValueError, match=r"fields: threshold, min_rows\)$"):
+        load_settings("cpu")

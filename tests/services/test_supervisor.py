@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import stat
 import sys
@@ -100,11 +101,81 @@ def test_stop_escalates_to_sigkill_and_takes_every_descendant(settings: Settings
     assert os.getpgid(own_session) == own_session
 
     started = time.monotonic()
-    assert services.stop_process(settings, services.WORKER, grace_s=1.0) is True
+    assert services.stop_process(settings, services.WORKER, grace_s=1.0) == services.STOPPED
     assert time.monotonic() - started < 8
     assert _gone(pid) and _gone(in_group) and _gone(own_session)
     assert services.recorded_pid(settings, services.WORKER) is None
-    assert services.stop_process(settings, services.WORKER) is False  # nothing left to stop
+    assert services.stop_process(settings, services.WORKER) == services.NOT_RUNNING  # nothing left
+
+
+# Serves HTTP from a child in its own session and process group, as MLflow's uvicorn worker
+# does; writes the child's PID, then waits.
+SERVER_WITH_WORKER = """
+import subprocess, sys, time
+serve = [sys.executable, "-m", "http.server", sys.argv[2], "--bind", "127.0.0.1"]
+child = subprocess.Popen(serve, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+open(sys.argv[1], "w").write(str(child.pid))
+time.sleep(600)
+"""
+
+
+def test_a_server_whose_main_process_was_killed_is_reported_stopped_and_restartable(
+    settings: Settings, tmp_path: Path
+):
+    """An OOM kill of MLflow's main process leaves its worker serving: status says so, down
+    stops what is left, and up clears it before it starts the service again."""
+    port = settings.services.mlflow_port
+    child_file = tmp_path / "child.pid"
+    command = [sys.executable, "-c", SERVER_WITH_WORKER, str(child_file), str(port)]
+    leader = services.start_process(settings, services.MLFLOW_SERVER, command)
+    (worker,) = _wait_for(child_file)
+    for _ in range(100):
+        if services.port_in_use("127.0.0.1", port):
+            break
+        time.sleep(0.05)
+    os.kill(leader, signal.SIGKILL)
+    for _ in range(100):
+        services._reap(leader)
+        if _gone(leader):
+            break
+        time.sleep(0.05)
+
+    assert services.leftovers(settings, services.MLFLOW_SERVER) != []
+    (mlflow,) = [s for s in services.status(settings) if s.name == services.MLFLOW_SERVER]
+    assert not mlflow.running and mlflow.leftover == (worker,)
+    assert f"main process DIED; pid {worker} of its group still running" in mlflow.render()
+
+    lines = services.down(settings)
+    assert (
+        f"{services.MLFLOW_SERVER}: stopped what its dead main process left running "
+        f"(pid {worker})" in lines
+    )
+    assert _gone(worker) and not services.port_in_use("127.0.0.1", port)
+    assert services.down(settings)[0].endswith(services.NOT_RUNNING)
+
+
+def test_up_clears_what_a_dead_main_process_left_before_it_checks_the_ports(
+    settings: Settings, tmp_path: Path
+):
+    port = settings.services.mlflow_port
+    child_file = tmp_path / "child.pid"
+    command = [sys.executable, "-c", SERVER_WITH_WORKER, str(child_file), str(port)]
+    leader = services.start_process(settings, services.MLFLOW_SERVER, command)
+    (worker,) = _wait_for(child_file)
+    os.kill(leader, signal.SIGKILL)
+    for _ in range(100):
+        services._reap(leader)
+        if _gone(leader):
+            break
+        time.sleep(0.05)
+    # A stranger on the Prefect port makes `up` stop right after the clean-up.
+    with socket.socket() as stranger:
+        stranger.bind(("127.0.0.1", settings.services.prefect_port))
+        stranger.listen()
+        with pytest.raises(services.ServiceError, match="is taken by a process"):
+            services.up(settings, timeout_s=5)
+    assert _gone(worker)
+    assert services.leftovers(settings, services.MLFLOW_SERVER) == []
 
 
 def test_a_recycled_pid_is_never_signalled(settings: Settings):

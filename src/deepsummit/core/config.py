@@ -338,10 +338,18 @@ class TrainConfig(Section):
 
 
 class MlflowConfig(Section):
+    OPERATIONAL = frozenset({"unreachable_wait_s", "request_retries"})
+
     tracking_uri: str = "http://127.0.0.1:5000"
     experiment: str = "deepsummit"
     registered_model: str = "deepsummit"
     champion_alias: str = "champion"
+    # A tracking server that stops answering during training: one log line at once, then this
+    # long for it to come back before the stage fails with one line (its checkpoint is kept).
+    unreachable_wait_s: float = 120.0
+    # MLflow's own retries of one request (MLFLOW_HTTP_REQUEST_MAX_RETRIES; its default, 7 with
+    # doubling backoff, waits about 4 minutes without a word).
+    request_retries: int = 3
 
 
 class ServicesConfig(Section):
@@ -478,11 +486,38 @@ def _env_values() -> dict[str, Any]:
         parts = key.removeprefix("DEEPSUMMIT_").lower().split("__")
         if not key.startswith("DEEPSUMMIT_") or parts[0] not in Settings.model_fields:
             continue
+        if len(parts) == 1 and parts[0] in _sections():
+            raise ValueError(_section_hint(key, parts[0]))
         node = values
         for part in parts[:-1]:
             node = node.setdefault(part, {})
         node[parts[-1]] = raw
     return values
+
+
+def _sections() -> dict[str, type[BaseModel]]:
+    """Settings sections by name (the fields of Settings that are models)."""
+    return {
+        name: field.annotation
+        for name, field in Settings.model_fields.items()
+        if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)
+    }
+
+
+def _section_hint(key: str, name: str) -> str:
+    """One line for a variable set on a whole section: the variables that set a value."""
+    sections = _sections()
+    same_name = [
+        f"DEEPSUMMIT_{section.upper()}__{name.upper()}"
+        for section, model in sections.items()
+        if name in model.model_fields
+    ]
+    fields = ", ".join(sections[name].model_fields)
+    hint = f"; did you mean {' or '.join(same_name)}?" if same_name else ""
+    return (
+        f"{key} names the settings section {name!r}, not a value: set a field of it as "
+        f"DEEPSUMMIT_{name.upper()}__<FIELD> (fields: {fields}){hint}"
+    )
 
 
 def read_config_file(path: Path | None = None) -> dict[str, Any]:

@@ -61,8 +61,17 @@ class ServiceStatus:
     healthy: bool
     url: str
     log: Path
+    leftover: tuple[int, ...] = ()  # its session's processes alive after its main one died
+    answering: bool = False  # something answers at `url` (what really listens)
 
     def render(self) -> str:
+        if not self.running and self.leftover:
+            pids = ", ".join(map(str, self.leftover))
+            serving = f", still answering at {self.url}" if self.answering else ""
+            return (
+                f"{self.name:<15} main process DIED; pid {pids} of its group still running"
+                f"{serving}; `deepsummit down` stops them"
+            )
         if not self.running:
             return f"{self.name:<15} stopped                  {self.url}"
         state = "healthy" if self.healthy else "running, NOT healthy"
@@ -212,6 +221,35 @@ def recorded_pid(settings: Settings, name: str) -> int | None:
     return pid
 
 
+def _session_members(session: int, since: str) -> list[tuple[int, str]]:
+    """(PID, start time) of the live processes of session `session` started no earlier than
+    `since` (Linux /proc; none elsewhere)."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z" and int(fields[3]) == session and int(fields[19]) >= int(since):
+            members.append((int(stat.parent.name), fields[19]))
+    return members
+
+
+def leftovers(settings: Settings, name: str) -> list[tuple[int, str]]:
+    """The processes of the session `up` started for `name` that outlived its main process
+    (an OOM kill of MLflow's main process leaves its uvicorn worker serving): (PID, start
+    time). None while the main process lives, or when its PID now leads another session (a
+    recycled PID: that session is someone else's)."""
+    path = _pid_file(settings, name)
+    if not path.exists() or recorded_pid(settings, name) is not None:
+        return []
+    record = json.loads(path.read_text())
+    session, since = int(record["pid"]), record.get("started")
+    if not since or _start_time(session) is not None:
+        return []
+    return _session_members(session, since)
+
+
 def start_process(
     settings: Settings, name: str, command: list[str], env: dict[str, str] | None = None
 ) -> int:
@@ -250,20 +288,36 @@ def _descendants(pid: int) -> list[tuple[int, str]]:
     return found
 
 
-def stop_process(settings: Settings, name: str, grace_s: float = 10.0) -> bool:
-    """Stop the recorded process of `name` and everything below it. True if it was running.
+STOPPED = "stopped"
+NOT_RUNNING = "was not running"
+
+
+def stop_process(settings: Settings, name: str, grace_s: float = 10.0) -> str:
+    """Stop the recorded process of `name` and everything below it, or, when that process has
+    died, what is left of its session; says which.
 
     SIGTERM to its process group and to each descendant (a worker starts flow runs in their own
     sessions, so the group alone would miss them), then SIGTERM again, because a Prefect worker
     shields its first one while it starts a graceful shutdown; SIGKILL after the grace period.
-    A descendant is only signalled while it is the same process (same start time).
+    A process is only signalled while it is the same process (same start time).
     """
     pid = recorded_pid(settings, name)
     path = _pid_file(settings, name)
     if pid is None:
+        left = leftovers(settings, name)
         path.unlink(missing_ok=True)
-        return False
-    targets = [(pid, _start_time(pid)), *_descendants(pid)]
+        if not left:
+            return NOT_RUNNING
+        _terminate(left, grace_s)
+        pids = ", ".join(str(p) for p, _ in left)
+        return f"{STOPPED} what its dead main process left running (pid {pids})"
+    _terminate([(pid, _start_time(pid)), *_descendants(pid)], grace_s)
+    path.unlink(missing_ok=True)
+    return STOPPED
+
+
+def _terminate(targets: list[tuple[int, str | None]], grace_s: float) -> None:
+    """SIGTERM twice, then SIGKILL, to each target that is still the same process."""
     for sig, wait_s in (
         (signal.SIGTERM, grace_s / 2),
         (signal.SIGTERM, grace_s / 2),
@@ -274,8 +328,6 @@ def stop_process(settings: Settings, name: str, grace_s: float = 10.0) -> bool:
             _signal(p, sig)
         if _wait_gone([p for p, _ in alive], wait_s):
             break
-    path.unlink(missing_ok=True)
-    return True
 
 
 def _signal(pid: int, sig: signal.Signals) -> None:
@@ -509,6 +561,10 @@ def up(settings: Settings, timeout_s: float = 120.0) -> list[str]:
     settings.paths.var_dir.mkdir(parents=True, exist_ok=True)
     svc = settings.services
     done: list[str] = []
+    # What an earlier start left behind when its main process died holds the port: ours to stop.
+    for name in SERVICE_NAMES:
+        if leftovers(settings, name):
+            done.append(f"{name}: {stop_process(settings, name)}")
     # Both ports first: a taken one stops `up` before it starts anything.
     _check_port(settings, PREFECT_SERVER, svc.prefect_port)
     _check_port(settings, MLFLOW_SERVER, svc.mlflow_port)
@@ -535,10 +591,7 @@ def up(settings: Settings, timeout_s: float = 120.0) -> list[str]:
 
 def down(settings: Settings, grace_s: float = 10.0) -> list[str]:
     """Stop what `up` started, worker first (so no run is picked up while the servers stop)."""
-    return [
-        f"{name}: {'stopped' if stop_process(settings, name, grace_s) else 'was not running'}"
-        for name in reversed(SERVICE_NAMES)
-    ]
+    return [f"{name}: {stop_process(settings, name, grace_s)}" for name in reversed(SERVICE_NAMES)]
 
 
 def describe_alerts(settings: Settings) -> str:
@@ -557,8 +610,17 @@ def status(settings: Settings) -> list[ServiceStatus]:
     for name in SERVICE_NAMES:
         pid = recorded_pid(settings, name)
         url, check = urls[name]
-        healthy = pid is not None and check(settings)
+        answering = check(settings)
         statuses.append(
-            ServiceStatus(name, pid, pid is not None, healthy, url, log_file(settings, name))
+            ServiceStatus(
+                name,
+                pid,
+                pid is not None,
+                pid is not None and answering,
+                url,
+                log_file(settings, name),
+                tuple(p for p, _ in leftovers(settings, name)),
+                answering,
+            )
         )
     return statuses

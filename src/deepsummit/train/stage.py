@@ -52,11 +52,15 @@ from deepsummit.train.evaluation import auc_by_group, plot_calibration, plot_roc
 from deepsummit.train.registry import Candidate, GateDecision, gate, log_and_register
 from deepsummit.train.tracking import (
     TRAINING_RUN,
+    bound_requests,
     git_commit,
+    guarded_epoch_log,
     log_epoch,
     log_plots,
     training_params,
+    training_run,
     ui_links,
+    wait_for_tracking,
 )
 from deepsummit.train.trainer import (
     EpochRecord,
@@ -153,13 +157,16 @@ def train_and_register(
     """Train on a features snapshot, compare with the baselines, log, register and gate."""
     data = TrainingData.read(features_snapshot)
     checkpoints = checkpoint_folder(settings, data)
+    bound_requests(settings.mlflow)
+    wait_for_tracking(settings.mlflow, "before training")
     mlflow.set_tracking_uri(settings.mlflow.tracking_uri)
     experiment = mlflow.set_experiment(settings.mlflow.experiment)
-    with mlflow.start_run(tags=run_tags(settings, context, data), log_system_metrics=True) as run:
+    with training_run(run_tags(settings, context, data)) as run:
         log_inputs(settings, data)
         results = train_seeds(
             settings.train, settings.model, data.arrays,
             data.preprocessor.model_dimensions(), checkpoints, context.progress,
+            guarded_epoch_log(settings.mlflow),
         )  # fmt: skip
         comparison, calibrated = evaluate(settings, data, results, context.run_dir)
         artifact = model_artifact(settings, data, results, comparison)

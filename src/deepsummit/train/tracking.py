@@ -4,16 +4,26 @@ the links a person follows, and the code version."""
 from __future__ import annotations
 
 import json
+import logging
+import os
 import subprocess
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
 import mlflow
+from mlflow import ActiveRun
 
-from deepsummit.core.config import PROJECT_ROOT, TrainConfig
+from deepsummit.contracts.champion import registry_reachable
+from deepsummit.core.config import PROJECT_ROOT, MlflowConfig, TrainConfig
+from deepsummit.core.errors import PipelineError
 from deepsummit.model.config import ModelConfig
 from deepsummit.train.evaluation import plot_learning_curve
 from deepsummit.train.trainer import EpochRecord
+
+logger = logging.getLogger(__name__)
 
 # The `kind` tag of a training run (drift reports log runs of their own to the experiment).
 TRAINING_RUN = "training"
@@ -41,6 +51,64 @@ def ui_links(
             f"{base}/#/models/{name}/versions/{version}",
         )
     return f"runs:/{run_id}", f"models:/{name}/{version}"
+
+
+def bound_requests(config: MlflowConfig) -> None:
+    """MLflow's retries of one request, as configured (an environment variable set by the user
+    wins: MLflow reads it at each request)."""
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", str(config.request_retries))
+
+
+def wait_for_tracking(config: MlflowConfig, during: str, poll_s: float = 2.0) -> None:
+    """Return at once while the tracking server answers. Else say so in one log line, naming
+    it, and wait up to `config.unreachable_wait_s` for it; then fail with one line."""
+    uri = config.tracking_uri
+    if registry_reachable(uri):
+        return
+    logger.warning(
+        "MLflow tracking server %s is not answering (%s); waiting up to %.0f s for it",
+        uri, during, config.unreachable_wait_s,
+    )  # fmt: skip
+    deadline = time.monotonic() + config.unreachable_wait_s
+    while time.monotonic() < deadline:
+        time.sleep(min(poll_s, max(0.0, deadline - time.monotonic())))
+        if registry_reachable(uri):
+            logger.info("MLflow tracking server %s answers again", uri)
+            return
+    raise PipelineError(
+        f"MLflow tracking server {uri} did not answer for {config.unreachable_wait_s:.0f} s "
+        f"({during}); the checkpoints are kept: rerun once it is up to resume"
+    )
+
+
+@contextmanager
+def training_run(tags: dict[str, str]) -> Iterator[ActiveRun]:
+    """An MLflow run (with system metrics) that ends FAILED on an error. When the tracking
+    server is gone by then, the error raised is still the one that says why, not the failed
+    attempt to mark the run."""
+    run = mlflow.start_run(tags=tags, log_system_metrics=True)
+    try:
+        yield run
+    except BaseException:
+        try:
+            mlflow.end_run("FAILED")
+        except Exception:
+            logger.warning("MLflow run %s could not be marked FAILED", run.info.run_id)
+        raise
+    mlflow.end_run()
+
+
+def guarded_epoch_log(config: MlflowConfig) -> Callable[[EpochRecord, str], None]:
+    """`log_epoch`, after `wait_for_tracking`."""
+
+    def log(record: EpochRecord, prefix: str = "") -> None:
+        seed = prefix.replace("_", " ").strip()  # "seed_42_" → "seed 42"
+        wait_for_tracking(
+            config, f"{seed}, epoch {record.epoch}" if seed else f"epoch {record.epoch}"
+        )
+        log_epoch(record, prefix)
+
+    return log
 
 
 def log_epoch(record: EpochRecord, prefix: str = "") -> None:

@@ -1,0 +1,85 @@
+"""The MLflow tracking server dies during training: one log line naming it at once, a bounded
+wait, a one-line failure, and a rerun that resumes from the checkpoint once it is back."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import pytest
+from services_fixtures import free_port
+
+from deepsummit.core.config import Settings, load_settings
+from deepsummit.core.context import RunContext
+from deepsummit.core.errors import PipelineError
+from deepsummit.services import supervisor as services
+from deepsummit.train.stage import train_and_register
+
+pytest_plugins = ["features_fixtures"]
+
+WAIT_S = 3.0
+
+
+def start_mlflow(settings: Settings) -> None:
+    services.start_process(
+        settings, services.MLFLOW_SERVER, services._mlflow_server_command(settings)
+    )
+    services._wait_healthy(settings, services.MLFLOW_SERVER, services.mlflow_healthy, 120)
+
+
+@pytest.fixture
+def settings(bundle_features, tmp_path: Path):
+    port = free_port()
+    features_settings = bundle_features[0]
+    settings = load_settings(
+        "tiny",
+        {
+            "paths": {"var_dir": str(tmp_path / "var")},
+            "services": {"run_dir": str(tmp_path / "services"), "mlflow_port": port},
+            "features": features_settings.features.model_dump(mode="json"),
+            "mlflow": {"tracking_uri": f"http://127.0.0.1:{port}", "unreachable_wait_s": WAIT_S},
+            "train": {"checkpoint_dir": str(tmp_path / "checkpoints"), "max_epochs": 3,
+                      "seeds": 1, "num_threads": 1},
+        },
+    )  # fmt: skip
+    start_mlflow(settings)
+    yield settings
+    services.down(settings)
+
+
+def test_a_server_lost_mid_training_fails_in_one_line_and_the_rerun_resumes(
+    settings: Settings, bundle_features, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    snapshot = bundle_features[1].directory
+
+    def kill_after_first_epoch(done: float, total: float, message: str) -> None:
+        if done == 1:
+            services.stop_process(settings, services.MLFLOW_SERVER, grace_s=2.0)
+
+    caplog.set_level(logging.INFO, logger="deepsummit")
+    started = time.monotonic()
+    with pytest.raises(PipelineError) as raised:
+        train_and_register(
+            settings, RunContext(tmp_path / "run", progress=kill_after_first_epoch), snapshot
+        )
+    elapsed = time.monotonic() - started
+    message = str(raised.value)
+    assert "\n" not in message
+    assert message.startswith(
+        f"MLflow tracking server {settings.mlflow.tracking_uri} did not answer for 3 s "
+        "(seed 42, epoch 2)"
+    )
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any(
+        f"MLflow tracking server {settings.mlflow.tracking_uri} is not answering" in w
+        for w in warnings
+    )
+    assert elapsed < 120  # MLflow's own retries alone waited about 4 minutes
+    assert list(settings.train.checkpoint_dir.rglob("last.pt"))  # the epoch done is kept
+
+    caplog.clear()
+    start_mlflow(settings)
+    report = train_and_register(settings, RunContext(tmp_path / "rerun"), snapshot)
+    assert report.epochs_run == (3,)
+    assert any("resuming from" in r.getMessage() for r in caplog.records)
