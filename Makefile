@@ -7,6 +7,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # Debian's Chromium and its driver, for the browser checks of the end-to-end tests.
 CHROMEDRIVER := /usr/bin/chromedriver
+NPM := /usr/bin/npm
+DOCS_ASSETS := deployments/data-docs-assets
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 
 .PHONY: setup test lint train up down status bench screenshots clean
@@ -14,12 +16,20 @@ SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 setup: $(STAMP)
 
 # torch first, pinned: a plain "torch" requirement would pull several GB of CUDA wheels.
-$(STAMP): pyproject.toml
+# Then the files the Data Docs pages load from CDNs, from npm (deepsummit/records/data_docs.py).
+$(STAMP): pyproject.toml $(DOCS_ASSETS)/package.json $(DOCS_ASSETS)/package-lock.json | $(NPM)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet torch==2.13.0
 	$(BIN)/pip install --quiet -e '.[dev]'
+	mkdir -p $(VENV)/data-docs
+	cp $(DOCS_ASSETS)/package.json $(DOCS_ASSETS)/package-lock.json $(VENV)/data-docs/
+	npm ci --prefix $(VENV)/data-docs --legacy-peer-deps --no-audit --no-fund --silent
 	touch $(STAMP)
+
+$(NPM):
+	$(SUDO) apt-get update -qq
+	$(SUDO) apt-get install -y -qq npm
 
 $(CHROMEDRIVER):
 	$(SUDO) apt-get update -qq

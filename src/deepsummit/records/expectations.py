@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from deepsummit.records import validation
+from deepsummit.records.data_docs import serve_assets_locally
 
 if TYPE_CHECKING:
     from great_expectations.expectations import Expectation
@@ -112,6 +113,7 @@ def validate_frames(
         run = checkpoint.run(batch_parameters={"dataframe": frame.to_pandas()})
         outcomes[suite_name] = next(iter(run.run_results.values()))
     context.build_data_docs(site_names=[DOCS_SITE])
+    serve_assets_locally(docs_dir)
     return {
         name: _result(name, outcome, results_dir, docs_dir / "index.html")
         for name, outcome in outcomes.items()
