@@ -242,13 +242,30 @@ def test_compose_services_reference_each_other_correctly(compose: dict) -> None:
             assert dependency in services, f"{name} depends on unknown {dependency}"
         for volume in service.get("volumes", []):
             source = volume.split(":")[0]
-            assert source in compose["volumes"], f"{name}: undeclared volume {source}"
+            if source.startswith("."):  # a file of the repository, mounted
+                assert (DEPLOYMENTS / source).exists(), f"{name}: no file {source}"
+            else:
+                assert source in compose["volumes"], f"{name}: undeclared volume {source}"
         if build := service.get("build"):
             assert (DEPLOYMENTS / build["context"] / build["dockerfile"]).exists()
     # Every host named in a URL or DSN is a service of this file.
     text = yaml.safe_dump(services)
     hosts = set(re.findall(r"(?:https?://|@)([a-z][a-z0-9-]*):\d+", text)) - {"localhost"}
     assert hosts and hosts <= set(services), hosts - set(services)
+
+
+def test_compose_locks_the_registry_and_the_workers_log_in(compose: dict) -> None:
+    services = compose["services"]
+    mlflow = services["mlflow"]
+    assert "--app-name basic-auth" in mlflow["command"]
+    assert mlflow["environment"]["MLFLOW_AUTH_CONFIG_PATH"] == "/etc/mlflow/mlflow-auth.ini"
+    assert "./mlflow-auth.ini:/etc/mlflow/mlflow-auth.ini:ro" in mlflow["volumes"]
+    worker = services["gpu-worker"]["environment"]
+    assert worker["MLFLOW_TRACKING_USERNAME"].startswith("${MLFLOW_PIPELINE_USERNAME:?")
+    assert worker["MLFLOW_TRACKING_PASSWORD"].startswith("${MLFLOW_PIPELINE_PASSWORD:?")
+    assert services["gpu-worker"]["depends_on"]["mlflow-users"] == {
+        "condition": "service_completed_successfully"
+    }
 
 
 def test_compose_runs_postgres_backed_servers_and_an_s3_artifact_store(compose: dict) -> None:

@@ -1,0 +1,97 @@
+"""The production registry's auth app (deployments/mlflow-auth.ini, as docker-compose.yml runs
+it) on a local MLflow server: no write without a login, the pipeline user made once by the
+admin may register and move `@champion`, another user may only read."""
+
+from __future__ import annotations
+
+import configparser
+import sys
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+from mlflow.exceptions import MlflowException
+from services_fixtures import free_port
+
+from deepsummit.core.config import PROJECT_ROOT, load_settings
+from deepsummit.services import supervisor as services
+from deepsummit.services.mlflow_users import ensure_user
+
+ADMIN = ("admin", "admin-password-for-tests")
+PIPELINE = ("pipeline", "pipeline-password-for-tests")
+READER = ("reader", "reader-password-for-tests")
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory: pytest.TempPathFactory):
+    root = tmp_path_factory.mktemp("auth")
+    config = configparser.ConfigParser()
+    config.read(PROJECT_ROOT / "deployments" / "mlflow-auth.ini")
+    config["mlflow"]["database_uri"] = f"sqlite:///{root / 'basic_auth.db'}"  # not the volume
+    with (root / "mlflow-auth.ini").open("w") as file:
+        config.write(file)
+    port = free_port()
+    settings = load_settings(
+        overrides={"services": {"run_dir": str(root / "services"), "mlflow_port": port}}
+    )
+    command = [
+        str(Path(sys.executable).parent / "mlflow"), "server", "--app-name", "basic-auth",
+        "--host", "127.0.0.1", "--port", str(port),
+        "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}",
+        "--artifacts-destination", str(root / "artifacts"),
+    ]  # fmt: skip
+    services.start_process(
+        settings,
+        services.MLFLOW_SERVER,
+        command,
+        {
+            "MLFLOW_AUTH_CONFIG_PATH": str(root / "mlflow-auth.ini"),
+            "MLFLOW_AUTH_ADMIN_USERNAME": ADMIN[0],
+            "MLFLOW_AUTH_ADMIN_PASSWORD": ADMIN[1],
+            "MLFLOW_FLASK_SERVER_SECRET_KEY": "tests",
+        },
+    )
+    services._wait_healthy(settings, services.MLFLOW_SERVER, services.mlflow_healthy, 120)
+    yield f"http://127.0.0.1:{port}"
+    services.down(settings)
+
+
+def login(monkeypatch: pytest.MonkeyPatch, user: tuple[str, str] | None) -> None:
+    if user is None:
+        monkeypatch.delenv("MLFLOW_TRACKING_USERNAME", raising=False)
+        monkeypatch.delenv("MLFLOW_TRACKING_PASSWORD", raising=False)
+    else:
+        monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", user[0])
+        monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", user[1])
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+
+
+def test_a_write_without_a_login_is_refused(registry: str, monkeypatch) -> None:
+    login(monkeypatch, None)
+    with pytest.raises(MlflowException, match=r"401|Unauthorized|credentials"):
+        MlflowClient(registry).create_experiment("anonymous")
+
+
+def test_only_the_pipeline_moves_the_champion(registry: str, monkeypatch, tmp_path) -> None:
+    login(monkeypatch, ADMIN)
+    assert ensure_user(registry, *PIPELINE) is True
+    assert ensure_user(registry, *PIPELINE) is False  # a rerun of the compose job changes nothing
+    ensure_user(registry, *READER)
+
+    login(monkeypatch, PIPELINE)
+    client = MlflowClient(registry)
+    experiment = client.create_experiment("deepsummit")
+    run = client.create_run(experiment)
+    (tmp_path / "model.txt").write_text("weights")
+    client.log_artifact(run.info.run_id, str(tmp_path / "model.txt"), "model")
+    client.create_registered_model("deepsummit")
+    version = client.create_model_version(
+        "deepsummit", f"runs:/{run.info.run_id}/model", run.info.run_id
+    )
+    client.set_registered_model_alias("deepsummit", "champion", version.version)
+
+    login(monkeypatch, READER)
+    reader = MlflowClient(registry)
+    assert reader.get_model_version_by_alias("deepsummit", "champion").version == version.version
+    with pytest.raises(MlflowException, match=r"PERMISSION_DENIED|Permission denied|403"):
+        reader.set_registered_model_alias("deepsummit", "champion", version.version)
