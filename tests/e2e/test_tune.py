@@ -200,7 +200,7 @@ def test_a_search_across_two_workers_survives_a_killed_trial_and_resumes(stack):
     # The final training is the best trial's configuration, through summit/train's gate: the
     # first model of this registry becomes champion; on CPU it reproduces the trial's AUC.
     assert final.data.params["model.hidden_size"] == str(best.params["hidden_size"])
-    assert final.data.metrics["best_val_auc"] == pytest.approx(best.value, abs=1e-6)
+    assert final.data.metrics["ensemble_val_auc"] == pytest.approx(best.value, abs=1e-6)
     version = client.get_model_version_by_alias(
         settings.mlflow.registered_model, settings.mlflow.champion_alias
     )

@@ -27,6 +27,7 @@ import pandas as pd
 import polars as pl
 from mlflow import MlflowClient
 from mlflow.data.sources import LocalArtifactDatasetSource
+from sklearn.metrics import roc_auc_score
 
 from deepsummit.contracts.arrays import FeatureArrays, seed_logits
 from deepsummit.contracts.artifact import ModelArtifact
@@ -277,6 +278,11 @@ def evaluate(
         {
             **comparison.metrics(),
             **{f"seed_{r.seed}_best_epoch": r.best_epoch for r in results},
+            **{f"seed_{r.seed}_best_val_auc": r.best_val_auc for r in results},
+            # The answer's own validation AUC (with one seed, that seed's best_val_auc).
+            "ensemble_val_auc": float(
+                roc_auc_score(arrays["validation"].label, models[0].validation)
+            ),
             **{f"seed_{r.seed}_epochs_run": len(r.history) for r in results},
             "train_rows": results[0].train_rows,
         }
