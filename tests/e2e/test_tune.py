@@ -88,6 +88,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Settings, 
     # A trial trains one seed; so does the final run here, so that it reproduces the trial's
     # validation AUC exactly (with more, it registers the best of its seeds).
     overrides["train"]["seeds"] = 1
+    # Trials long enough to run side by side for a while: the kill below waits for two at once
+    # (a tiny-profile trial of 2 epochs on 2,000 rows is over in about a second).
+    overrides["train"] |= {"max_epochs": 10, "patience": 10, "max_train_rows": None}
     overrides["tune"] = {
         "storage_url": f"sqlite:///{root / 'optuna.db'}",
         "study_name": "e2e",
@@ -150,7 +153,7 @@ def _wait(settings: Settings, flow_run_id: str, kill_one: bool) -> tuple[FlowRun
                 if len(running) >= 2:
                     os.kill(int(running[0].infrastructure_pid), signal.SIGKILL)
                     killed = str(running[0].id)
-            time.sleep(0.5)
+            time.sleep(0.2)
     raise AssertionError(f"summit/tune flow run {flow_run_id} not finished in 15 minutes")
 
 
