@@ -56,12 +56,7 @@ def ensemble(settings, data: TrainingData, first_seed: int) -> tuple[ModelArtifa
         settings.train.calibration, logit(mean.validation), data.arrays["validation"].label
     )
     networks = [r.model for r in results]
-    seeds = np.stack(
-        [
-            calibrator.probabilities(z)
-            for z in seed_logits(networks, data.arrays["test"].model_inputs())
-        ]
-    )
+    seeds = calibrator.probabilities(seed_logits(networks, data.arrays["test"].model_inputs()))
     artifact = ModelArtifact(
         networks=networks,
         seeds=[r.seed for r in results],

@@ -28,7 +28,7 @@ from deepsummit.core.inputs import WEATHER_VARIABLES
 from deepsummit.features.tabular import attempt_features, register_history
 from deepsummit.features.windows import compute_windows
 from deepsummit.train.bootstrap import SEED, Interval, interval
-from deepsummit.train.comparison import slug
+from deepsummit.train.comparison import difference_metrics, difference_name, slug
 
 PEAK_SEASON = ("peakid", "year", "season")
 CLIMATOLOGY = "climatology"
@@ -188,10 +188,7 @@ class PushDaySkill:
             key = slug(name)
             values |= self.mean_spearman[name].as_dict(f"push_day_{key}_spearman")
             values |= self.hit_rate[name].as_dict(f"push_day_{key}_hit_rate")
-        for name, diff in self.differences.items():
-            key = slug(name.split(" − ")[1])
-            values |= diff.as_dict(f"push_day_spearman_difference_{key}")
-        return values
+        return values | difference_metrics(self.differences, "push_day_spearman_difference_")
 
 
 def summarise(seasons: list[SeasonSkill], models: tuple[str, ...]) -> PushDaySkill:
@@ -215,7 +212,7 @@ def summarise(seasons: list[SeasonSkill], models: tuple[str, ...]) -> PushDaySki
         mean_spearman={m: mean_with_interval(spearman[m]) for m in models},
         hit_rate={m: mean_with_interval(hits[m]) for m in models},
         differences={
-            f"{first} − {other}": mean_with_interval(spearman[first] - spearman[other])
+            difference_name(first, other): mean_with_interval(spearman[first] - spearman[other])
             for other in others
         },
     )

@@ -55,7 +55,7 @@ from deepsummit.core.warehouse import connect
 from deepsummit.train.baselines import run_baselines
 from deepsummit.train.comparison import TRANSFORMER, logit
 from deepsummit.train.stage import train_seeds, transformer_predictions
-from deepsummit.train.trainer import training_slice
+from deepsummit.train.trainer import training_knobs, training_slice
 
 logger = logging.getLogger(__name__)
 
@@ -107,9 +107,7 @@ def backtest_key(settings: Settings, snapshot: Path) -> str:
         {
             "snapshot": preprocessing["extra"]["snapshot_digest"],
             "model": dataclasses.asdict(settings.model),
-            "train": settings.train.model_dump(
-                mode="json", exclude={"checkpoint_dir", "snapshot", "device", "num_threads"}
-            ),
+            "train": training_knobs(settings.train),
             "folds": settings.backtest.model_dump(
                 mode="json", include={"validation_years", "push_day_min_summiters"}
             ),
@@ -210,11 +208,8 @@ def _run_fold(
         )
         columns[f"raw_{model.name}"] = model.test
         columns[model.name] = calibrators[model.name].probabilities(logit(model.test))
-    seeds = np.stack(
-        [
-            calibrators[TRANSFORMER].probabilities(z)
-            for z in seed_logits([r.model for r in results], arrays["test"].model_inputs())
-        ]
+    seeds = calibrators[TRANSFORMER].probabilities(
+        seed_logits([r.model for r in results], arrays["test"].model_inputs())
     )
     held_out = (
         inputs.rows["test"]

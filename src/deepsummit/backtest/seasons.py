@@ -25,7 +25,7 @@ from deepsummit.train.bootstrap import (
     replicate_weights,
     weighted_auc,
 )
-from deepsummit.train.comparison import logit, slug
+from deepsummit.train.comparison import difference_metrics, difference_name, logit, slug
 from deepsummit.train.evaluation import expected_calibration_error
 
 CALIBRATION_METHODS = ("none", "temperature", "platt", "isotonic")
@@ -64,10 +64,9 @@ class SeasonTable:
             values |= self.within_ordinary[name].as_dict(f"backtest_{key}_within_season_auc")
             values |= self.within[name].as_dict(f"backtest_{key}_within_season_auc_all")
             values |= self.pooled[name].as_dict(f"backtest_{key}_pooled_auc")
-        for name, diff in self.differences.items():
-            key = slug(name.split(" − ")[1])
-            values |= diff.as_dict(f"backtest_within_season_auc_difference_{key}")
-        return values
+        return values | difference_metrics(
+            self.differences, "backtest_within_season_auc_difference_"
+        )
 
 
 def season_table(
@@ -126,7 +125,7 @@ def season_table(
         for m in models
     }
     differences = {
-        f"{first} − {other}": interval(
+        difference_name(first, other): interval(
             ordinary_parts[first][0] - ordinary_parts[other][0],
             ordinary_parts[first][1] - ordinary_parts[other][1],
         )

@@ -65,6 +65,7 @@ class Calibrator:
         return cls("temperature", scale=float(1.0 / result.x[0]))
 
     def probabilities(self, logits: np.ndarray) -> np.ndarray:
+        """Element by element, for logits of any shape (one seed's (N,), the seeds' (S, N))."""
         z = np.asarray(logits, np.float64)
         if self.method == "isotonic":
             return np.interp(z, self.thresholds, self.values)

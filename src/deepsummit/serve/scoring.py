@@ -128,7 +128,7 @@ def score(artifact: ModelArtifact, request: pd.DataFrame, top_tokens: int = 0) -
         arrays = artifact.preprocessor.transform(features, windows, ("window_id", "smtdate"))
         inputs = arrays.model_inputs()
         logits = seed_logits(artifact.networks, inputs)
-        seeds = np.stack([artifact.calibrator.probabilities(z) for z in logits])
+        seeds = artifact.calibrator.probabilities(logits)
         probability[rows] = artifact.calibrator.probabilities(logits.mean(axis=0))
         low[rows], high[rows] = seeds.min(0), seeds.max(0)
         unknown = artifact.preprocessor.unknown_notes_by_row(features)

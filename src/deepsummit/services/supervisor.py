@@ -224,15 +224,23 @@ def recorded_pid(settings: Settings, name: str) -> int | None:
 def _session_members(session: int, since: str) -> list[tuple[int, str]]:
     """(PID, start time) of the live processes of session `session` started no earlier than
     `since` (Linux /proc; none elsewhere)."""
-    members = []
+    return [
+        (pid, fields[19])
+        for pid, fields in _process_table()
+        if fields[0] != "Z" and int(fields[3]) == session and int(fields[19]) >= int(since)
+    ]
+
+
+def _process_table() -> list[tuple[int, list[str]]]:
+    """(PID, the fields of /proc/<pid>/stat after the command name) of every process: state
+    [0], parent [1], group [2], session [3], start time [19]. Empty without /proc."""
+    table = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
+            table.append((int(stat.parent.name), stat.read_text().rsplit(")", 1)[1].split()))
         except OSError:
             continue
-        if fields[0] != "Z" and int(fields[3]) == session and int(fields[19]) >= int(since):
-            members.append((int(stat.parent.name), fields[19]))
-    return members
+    return table
 
 
 def leftovers(settings: Settings, name: str) -> list[tuple[int, str]]:
@@ -274,12 +282,8 @@ def start_process(
 def _descendants(pid: int) -> list[tuple[int, str]]:
     """(PID, start time) of every process below `pid` (Linux /proc; none elsewhere)."""
     parents: dict[int, list[tuple[int, str]]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        parents.setdefault(int(fields[1]), []).append((int(stat.parent.name), fields[19]))
+    for child, fields in _process_table():
+        parents.setdefault(int(fields[1]), []).append((child, fields[19]))
     found, queue = [], [pid]
     while queue:
         for child in parents.get(queue.pop(), []):

@@ -116,14 +116,28 @@ class Comparison:
                 f"{prefix}accuracy": row.accuracy,
                 f"{prefix}log_loss": row.log_loss,
             }
-        for name, diff in self.differences.items():
-            values |= diff.as_dict(f"auc_difference_{slug(name.split(' − ')[1])}")
+        values |= difference_metrics(self.differences, "auc_difference_")
         if self.seeds is not None:
             values["transformer_test_auc_seed_mean"] = float(np.mean(self.seeds.test_auc))
             values["transformer_test_seed_spread"] = self.seeds.test_spread
             if self.seeds.test_auc_sd is not None:
                 values["transformer_test_auc_seed_sd"] = self.seeds.test_auc_sd
         return values
+
+
+DIFFERENCE = " − "  # "transformer − LightGBM": the first model's figure minus the other's
+
+
+def difference_name(first: str, other: str) -> str:
+    return f"{first}{DIFFERENCE}{other}"
+
+
+def difference_metrics(differences: dict[str, Interval], prefix: str) -> dict[str, float]:
+    """Paired differences as MLflow metrics named `<prefix><other model's slug>`."""
+    values: dict[str, float] = {}
+    for name, diff in differences.items():
+        values |= diff.as_dict(f"{prefix}{slug(name.split(DIFFERENCE)[1])}")
+    return values
 
 
 def slug(name: str) -> str:
@@ -167,7 +181,7 @@ def compare(
         calibrated[model.name], calibrators[model.name] = probabilities, calibrator
     first, *others = models
     differences = {
-        f"{first.name} − {other.name}": paired_auc_difference(
+        difference_name(first.name, other.name): paired_auc_difference(
             test_labels, calibrated[first.name], calibrated[other.name], weights
         )
         for other in others

@@ -430,9 +430,7 @@ def seed_spread(
     test rows (what `predict` shows as the band)."""
     ones = np.ones((1, len(arrays["test"])))
     networks = [r.model for r in results]
-    test = np.stack(
-        [calibrator.probabilities(z) for z in seed_logits(networks, arrays["test"].model_inputs())]
-    )
+    test = calibrator.probabilities(seed_logits(networks, arrays["test"].model_inputs()))
     return SeedSpread(
         tuple(r.seed for r in results),
         tuple(r.best_val_auc for r in results),

@@ -114,12 +114,20 @@ def warmup_cosine(total_steps: int, warmup_fraction: float) -> Callable[[int], f
     return multiplier
 
 
+def training_knobs(train_config: TrainConfig) -> dict[str, Any]:
+    """The settings that change what training learns: not where files go, nor the device or
+    threads it runs on."""
+    return train_config.model_dump(
+        mode="json", exclude={*TrainConfig.OPERATIONAL, "device", "num_threads"}
+    )
+
+
 def checkpoint_signature(config: ModelConfig, train_config: TrainConfig, train_rows: int) -> str:
     """What a checkpoint must match to be resumed: architecture, training knobs, data size."""
-    excluded = {*TrainConfig.OPERATIONAL, "device", "num_threads"}
-    knobs = train_config.model_dump(exclude=excluded)
     document = json.dumps(
-        {"model": asdict(config), "train": knobs, "rows": train_rows}, sort_keys=True, default=str
+        {"model": asdict(config), "train": training_knobs(train_config), "rows": train_rows},
+        sort_keys=True,
+        default=str,
     )
     return hashlib.sha256(document.encode()).hexdigest()[:16]
 
