@@ -86,14 +86,7 @@ def input_set_arrays(
         return arrays, preprocessor
     features, windows = read_features(snapshot), read_windows(snapshot)
     rows = {name: features.filter(pl.col("split") == name) for name in SPLITS}
-    refit = Preprocessor.fit(
-        rows["train"],
-        windows,
-        inputs,
-        preprocessor.weather_source,
-        preprocessor.min_category_count,
-        preprocessor.extra,
-    )
+    refit = preprocessor.refit(rows["train"], windows, inputs)
     return {name: refit.transform(frame, windows) for name, frame in rows.items()}, refit
 
 
@@ -122,7 +115,9 @@ def train_seeds(
 
 
 def render_signed(interval: Interval) -> str:
-    """A difference with its interval, signs shown."""
+    """A difference with its interval, signs shown ("–" where there is none)."""
+    if np.isnan(interval.estimate):
+        return "–"
     return f"{interval.estimate:+.4f} [{interval.low:+.4f}, {interval.high:+.4f}]"
 
 

@@ -16,6 +16,7 @@ import logging
 import os
 import platform
 import shutil
+import tempfile
 import time
 from pathlib import Path
 
@@ -30,7 +31,12 @@ from deepsummit.core.config import load_settings
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--bundle", type=Path, required=True, help="working folder")
+    parser.add_argument(
+        "--bundle",
+        type=Path,
+        default=Path(tempfile.gettempdir()) / "deepsummit-bundle",
+        help="working folder (default: %(default)s)",
+    )
     parser.add_argument("--profile", default="cpu")
     parser.add_argument("--first", type=int, help="first test year (default: the settings')")
     parser.add_argument("--last", type=int, help="last test year")

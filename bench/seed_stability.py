@@ -85,7 +85,12 @@ def example_requests(settings, source: str) -> pl.DataFrame:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--bundle", type=Path, required=True, help="working folder")
+    parser.add_argument(
+        "--bundle",
+        type=Path,
+        default=Path(tempfile.gettempdir()) / "deepsummit-bundle",
+        help="working folder (default: %(default)s)",
+    )
     parser.add_argument("--profile", default="cpu")
     parser.add_argument("--seeds", type=int, help="seeds per ensemble (default: the profile's)")
     parser.add_argument("--max-epochs", type=int, help="epochs (default: the profile's)")

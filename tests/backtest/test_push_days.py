@@ -113,14 +113,16 @@ def test_the_mean_skips_seasons_a_model_cannot_rank_and_pairs_the_differences() 
     assert len(skill.seasons) == 4  # the flat season is listed, not averaged
 
 
-def test_eligible_peak_seasons_need_enough_summiters_in_the_held_out_years() -> None:
+def test_eligible_peak_seasons_need_weather_and_enough_summiters_in_the_held_out_years() -> None:
     features = pl.DataFrame(
         {
-            "peakid": ["EVER"] * 3 + ["AMAD"] * 2,
-            "year": [2019, 2019, 2005, 2019, 2019],
+            "peakid": ["EVER"] * 3 + ["AMAD"] * 2 + ["PUMO"] * 2,
+            "year": [2019, 2019, 2005, 2019, 2019, 2019, 2019],
             "season": "Spring",
-            "label": [1, 1, 1, 1, 0],
-            "smtdate": [dt.date(2019, 5, d) for d in (20, 23, 21, 12, 14)],
+            "label": [1, 1, 1, 1, 0, 1, 1],
+            "smtdate": [dt.date(2019, 5, d) for d in (20, 23, 21, 12, 14, 10, 11)],
+            # PUMO has the summiters but no weather: no day of it can be ranked by the weather
+            "has_weather": [True] * 5 + [False] * 2,
         }
     )
     found = eligible_peak_seasons(features, range(2010, 2020), min_summiters=2)

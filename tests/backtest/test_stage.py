@@ -14,6 +14,7 @@ from deepsummit.backtest.run import MODELS, _fold_files, run_backtest
 from deepsummit.backtest.stage import backtest
 from deepsummit.core.config import Settings, load_settings
 from deepsummit.core.context import RunContext
+from deepsummit.features.groups import MOST_CLIMBED, PEAK_GROUPS, WEATHER_PEAKS
 
 pytest_plugins = ["features_fixtures"]
 
@@ -28,7 +29,7 @@ def setup(bundle_features, tmp_path_factory: pytest.TempPathFactory) -> tuple[Se
             "paths": {"warehouse": str(features_settings.paths.warehouse)},
             "features": features_settings.features.model_dump(mode="json"),
             "mlflow": {"tracking_uri": f"sqlite:///{root / 'mlflow.db'}"},
-            "train": {"seeds": 2, "max_epochs": 1, "num_threads": 1},
+            "train": {"seeds": 2, "max_epochs": 2, "max_train_rows": 8000, "num_threads": 1},
             "backtest": {
                 "first_test_year": 2018,
                 "last_test_year": 2019,
@@ -55,6 +56,10 @@ def test_every_fold_trains_and_every_held_out_row_is_scored(first, bundle_featur
     ]
     held_out = features.filter(features["year"].is_in([2018, 2019])).height
     assert sum(s.rows for s in report.seasons.seasons) == held_out
+    assert tuple(report.groups) == PEAK_GROUPS
+    assert sum(table.rows for table in report.groups.values()) == held_out  # each row once
+    assert report.groups[WEATHER_PEAKS].scored_seasons > 0
+    assert report.groups[MOST_CLIMBED].scored_seasons > 0
     for model in MODELS:
         assert 0.5 < report.seasons.within[model].estimate < 1.0
     skill = report.push_days
@@ -75,6 +80,8 @@ def test_the_report_reaches_disk_and_mlflow(first, setup) -> None:
     assert "backtest_transformer_within_season_auc" in run.data.metrics
     assert "push_day_transformer_weather_masked_spearman" in run.data.metrics
     assert "push_day_transformer_spearman" in run.data.metrics
+    assert "By peak group" in text
+    assert "backtest_weather_peaks_transformer_within_season_auc" in run.data.metrics
 
 
 def test_a_rerun_trains_nothing_and_a_crash_resumes_at_the_next_fold(first, setup) -> None:
@@ -93,9 +100,9 @@ def test_a_fold_that_cannot_train_is_reported_not_dropped(setup) -> None:
     early = settings.model_copy(
         update={
             "backtest": settings.backtest.model_copy(
-                update={"first_test_year": 1921, "last_test_year": 1921}
+                update={"first_test_year": 1900, "last_test_year": 1900}
             )
         }
     )
-    with pytest.raises(Exception, match="1921: no train rows"):
+    with pytest.raises(Exception, match="1900: no train rows"):
         run_backtest(early, snapshot)

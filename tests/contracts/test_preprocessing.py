@@ -22,6 +22,7 @@ BINARY_FEATURES = SPEC_INPUT_SET.binary
 def features(rows: list[dict]) -> pl.DataFrame:
     base = {name: 1.0 for name in NUMERIC_FEATURES} | {name: "x" for name in CATEGORICAL_FEATURES}
     base |= {name: 1 for name in BINARY_FEATURES} | {"smtdate": DATES[0], "label": True}
+    base |= {"height_band": "6500–6999 m"}
     return pl.DataFrame([base | row for row in rows]).with_columns(
         pl.col(BINARY_FEATURES).cast(pl.Int32), pl.col(NUMERIC_FEATURES).cast(pl.Float64)
     )
@@ -149,3 +150,35 @@ def test_a_model_reads_exactly_its_input_set() -> None:
     assert (arrays.numeric.shape[1], arrays.categorical.shape[1]) == (9, 7)
     assert pre.model_dimensions()["categorical_cardinalities"][-1] == 2  # unknown + the agency
     assert fit().transform(train, WINDOWS).numeric.shape[1] == 8
+
+
+def test_a_rare_peak_reads_as_its_height_band_s_shared_token_with_a_note() -> None:
+    """A peak with fewer train attempts than `rare_fold_count` has no token of its own: it
+    shares its height band's, learnt from every rare peak of that band; a frequent peak keeps
+    its own; a peak of a band no rare train peak had is unknown."""
+    band = {"height_band": "6000–6499 m"}
+    train = features(
+        [{"peakid": "BIG"}] * 3
+        + [{"peakid": "TINY", **band}, {"peakid": "WEE", **band}]
+        + [{"peakid": "ODD", "height_band": "7000–7499 m"}]
+    )
+    peaks = ("BIG", "TINY", "WEE", "ODD", "NEWCOMER")
+    windows = pl.concat([WINDOWS.with_columns(peakid=pl.lit(peak)) for peak in peaks])
+    pre = Preprocessor.fit(train, windows, SPEC_INPUT_SET, "archive", 2, {}, rare_fold_count=3)
+    shared = "rare peakid: 6000–6499 m"
+    assert pre.vocabularies["peakid"] == ["BIG", shared]  # 7000–7499 m: one rare row < 2
+    asked = features(
+        [
+            {"peakid": "BIG"},
+            {"peakid": "TINY", **band},
+            {"peakid": "NEWCOMER", **band},  # never in the train rows: its band's token too
+            {"peakid": "ODD", "height_band": "7000–7499 m"},
+        ]
+    )
+    column = SPEC_INPUT_SET.categorical.index("peakid")
+    assert pre.transform(asked, windows).categorical[:, column].tolist() == [1, 2, 2, 0]
+    notes = pre.unknown_notes_by_row(asked)
+    assert notes[0] == []
+    assert "seen too rarely" in notes[1][0] and shared in notes[1][0]
+    assert "not in the training vocabulary" in notes[3][0]
+    assert Preprocessor.from_json(pre.to_json()) == pre

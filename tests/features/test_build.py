@@ -14,7 +14,7 @@ from features_tables import settings_for
 from deepsummit.contracts.snapshot import PREPROCESSING_FILE, load_features, newest_features_dir
 from deepsummit.core.context import RunContext
 from deepsummit.core.errors import PipelineError
-from deepsummit.core.inputs import OUTCOME_COLUMNS
+from deepsummit.core.inputs import OUTCOME_COLUMNS, RARE_FOLDS
 from deepsummit.core.warehouse import frame_digest
 from deepsummit.features.build import FeaturesReport, build_features
 from deepsummit.features.tabular import TABULAR_FEATURES
@@ -36,8 +36,9 @@ def test_bundle_build_reports_the_split_table(built) -> None:
     for word in ("train", "validation", "test", "window incomplete", report.digest[:12]):
         assert word in text
     # data/README.md: 44,463 member rows have weather on their smtdate; every window of them
-    # is complete, and members end in 2019 (inside the test years).
-    assert report.rows == sum(s.attempts for s in report.splits.values()) == 44_463
+    # is complete, and members end in 2019 (inside the test years). The 28,411 member rows
+    # with a date on the other peaks are attempts too, their weather absent.
+    assert report.rows == sum(s.attempts for s in report.splits.values()) == 44_463 + 28_411
     assert report.members == 76_519 == report.rows + sum(report.excluded.values())
     assert all(s.attempts > 1000 for s in report.splits.values())
     assert all(0.05 < s.label_rate < 0.95 for s in report.splits.values())
@@ -58,7 +59,9 @@ def test_split_by_year_keeps_expeditions_whole_and_no_outcome_column(built) -> N
     # The features table keeps the retrospective reference (member oxygen use, recorded after
     # the climb) for analysis; the model's arrays never read it (tests/features/test_spec.py).
     assert OUTCOME_COLUMNS & set(features.columns) == {"oxygen_used"}
-    assert features.columns[-len(TABULAR_FEATURES) :] == list(TABULAR_FEATURES)
+    folds = list(RARE_FOLDS.values())  # after the inputs: the shared tokens rare values fold into
+    tabular = features.columns[-len(TABULAR_FEATURES) - len(folds) :]
+    assert tabular == [*TABULAR_FEATURES, *folds]
     # overall summit rate near the README's 0.4076 for members with smtdate on the 8 peaks
     assert 0.38 < features["label"].mean() < 0.44
 

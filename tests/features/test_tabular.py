@@ -84,6 +84,39 @@ def test_success_rates_count_earlier_seasons_only_smoothed_toward_the_prior(hist
     assert first["peak_success_rate"][0] is None  # nothing earlier at all: missing
 
 
+def test_a_rare_peak_leans_on_its_height_band_and_its_routes_on_the_peak(tmp_path) -> None:
+    """RARE (6,100 m, 2 members) sits in the 6000–6499 m band with BUSY (6,400 m, 40 members,
+    30 summits); HIGH (8,100 m) is in another band. A rate is shrunk one level up each time."""
+    con = duckdb.connect(str(tmp_path / "w.duckdb"))
+    create_contract_tables(con)
+    peaks = [peak("RARE", heightm=6100), peak("BUSY", heightm=6400), peak("HIGH", heightm=8100)]
+    insert(con, "peaks", peaks)
+    climbs = {"RARE": (2, 0), "BUSY": (40, 30), "HIGH": (10, 1)}  # members, summits
+    insert(con, "expeditions", [expedition(p, 2008, peakid=p, route1="R") for p in climbs])
+    insert(
+        con,
+        "members",
+        [
+            member(p, n, 2008, peakid=p, success=n <= summits)
+            for p, (members, summits) in climbs.items()
+            for n in range(1, members + 1)
+        ],
+    )
+    build_history(con)
+    attempt = planned("RARE", 1, 2009, peakid="RARE", route1="R")
+    row = attempt_features(con, frame([attempt, attempt | {"route1": "NEW"}]), K).rows(named=True)
+    con.close()
+
+    overall = 31 / 52
+    band = (30 + K * overall) / (42 + K)  # RARE and BUSY
+    rare = (0 + K * band) / (2 + K)
+    assert row[0]["height_band"] == "6000–6499 m"
+    assert row[0]["peak_success_rate"] == pytest.approx(rare)
+    assert row[0]["route_success_rate"] == pytest.approx((0 + K * rare) / (2 + K))
+    assert row[1]["route_success_rate"] == pytest.approx(rare)  # a new route: its peak's rate
+    assert rare > 0.6  # not its own 0 of 2
+
+
 def test_winter_comes_after_autumn_of_its_year(history) -> None:
     """Winter of 2009 (December 2009 into 2010) counts for Spring 2010, not for Autumn 2009."""
     autumn = attempt_features(history, frame([planned("F", 1, 2009, season="Autumn")]), K)

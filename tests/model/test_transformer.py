@@ -89,6 +89,30 @@ def test_missing_weather_changes_logits_only_through_its_mask_projection(small_c
     assert not torch.allclose(model(**batch), before)
 
 
+def test_absent_weather_takes_no_part(small_config, make_batch):
+    """An attempt without weather (every value of every weather token missing) is answered
+    from CLS and the tabular tokens alone: nothing of its weather tokens reaches the logit."""
+    torch.manual_seed(0)
+    model = DeepSummitTransformer(small_config).eval()
+    batch = make_batch(small_config, 4)
+    batch["weather_missing"][:2] = True
+    before = model(**batch)
+
+    batch["days_before"][:2] += 17.0  # the time encodings of absent tokens do not count either
+    with torch.no_grad():
+        model.weather_tokenizer.missing_proj.weight += 1.0
+        model.modality.embedding.weight[2:] += 1.0  # the weather scales' modality embeddings
+    after = model(**batch)
+    torch.testing.assert_close(after[:2], before[:2], atol=1e-6, rtol=1e-6)
+    assert not torch.allclose(after[2:], before[2:])  # rows with weather do read them
+
+    _, attention = model(**batch, return_attention=True)
+    weather = slice(1 + small_config.n_tabular_tokens, None)
+    for weights in attention:
+        assert torch.all(weights[:2, :, :, weather] == 0)  # no query reads an absent key
+        assert torch.all(weights[2:, :, :, weather] > 0)
+
+
 def test_deterministic_under_a_seed(small_config, make_batch):
     batch = make_batch(small_config, 3)
     torch.manual_seed(7)

@@ -28,6 +28,7 @@ from training_fixtures import (
 
 from deepsummit.contracts.snapshot import PLANNED_TEST_FILE
 from deepsummit.core.planned import KEY_COLUMNS
+from deepsummit.serve.scoring import WEATHER_ABSENT_NOTE
 
 pytest_plugins = ["features_fixtures"]
 
@@ -87,9 +88,11 @@ def invoke(url: str, records: list[dict[str, Any]]) -> tuple[int, Any]:
         return error.code, json.loads(error.read() or b"null")
 
 
-def planned_rows(registry: TrainedRegistry, n: int) -> list[dict[str, Any]]:
-    """Test-split attempts in the model's input layout (JSON: NaN as null)."""
-    frame = pl.read_parquet(registry.snapshot / PLANNED_TEST_FILE).head(n).drop(KEY_COLUMNS)
+def planned_rows(registry: TrainedRegistry, n: int | None = None) -> list[dict[str, Any]]:
+    """Test-split attempts in the model's input layout (JSON: NaN as null); the weather days of
+    an attempt on a peak without weather are all null."""
+    frame = pl.read_parquet(registry.snapshot / PLANNED_TEST_FILE).drop(KEY_COLUMNS)
+    frame = frame if n is None else frame.head(n)
     return json.loads(frame.write_json())
 
 
@@ -138,6 +141,23 @@ def test_bad_rows_get_their_own_error_and_the_others_are_answered(
     assert errors[3] == "push_date '2019-02-30': not a date YYYY-MM-DD"
     assert errors[4].endswith("80 daily values, expected 90 (D-89 … D)")
     assert all(p["probability"] is None for p in predictions[1:])
+
+
+def test_a_peak_without_weather_is_answered_and_says_the_weather_took_no_part(
+    served: str, trained_registry
+) -> None:
+    good = next(
+        row for row in planned_rows(trained_registry) if row["temperature_2m_mean"][0] is not None
+    )
+    no_weather = {name: None for name, values in good.items() if isinstance(values, list)}
+    status, answer = invoke(served, [good, {**good, **no_weather, "peak": "AMAD", "route": None}])
+
+    assert status == 200, answer
+    with_weather, without = answer["predictions"]
+    assert with_weather["weather_used"] is True
+    assert without["error"] is None and 0 < without["probability"] < 1
+    assert without["weather_used"] is False
+    assert WEATHER_ABSENT_NOTE in without["notes"]
 
 
 def test_a_request_without_a_required_column_is_refused_with_the_schema_s_reason(

@@ -23,9 +23,9 @@ from training_fixtures import (
 from deepsummit.core.config import Settings, load_settings
 from deepsummit.core.context import RunContext
 from deepsummit.core.errors import PipelineError
-from deepsummit.core.planned import planned_record
+from deepsummit.core.planned import planned_record, today
 from deepsummit.core.warehouse import connect
-from deepsummit.serve.outlook import TEAM, plan_outlook, read_team, today
+from deepsummit.serve.outlook import NO_WEATHER, TEAM, plan_outlook, read_team
 from deepsummit.serve.predict import daily_weather
 from deepsummit.weather.forecast import load_forecast
 
@@ -174,6 +174,31 @@ def test_a_peak_without_a_stored_forecast_says_so(forecast_home, tmp_path: Path)
     settings = with_outlook(overrides, peaks=["EVER", "LHOT"])
     with pytest.raises(PipelineError, match="no forecast stored for LHOT"):
         plan_outlook(settings, RunContext(tmp_path))
+
+
+def test_a_peak_without_trusted_coordinates_is_one_line_or_answered_without_weather(
+    forecast_home, tmp_path: Path
+) -> None:
+    """CHUR has no coordinates: no forecast can exist for it. Asked plainly, one line says why
+    and how to ask; asked with --without-weather, the plan's P without weather beside EVER's
+    forecast outlook, and the outlooks table keeps EVER's forecast rows only."""
+    _, overrides = forecast_home
+    plain = with_outlook(overrides, peaks=["EVER", "CHUR"], days=3)
+    with pytest.raises(PipelineError) as error:
+        plan_outlook(plain, RunContext(tmp_path))
+    message = str(error.value)
+    assert "CHUR: no day-by-day outlook, there are no trusted coordinates" in message
+    assert "--without-weather" in message and "\n" not in message
+
+    settings = with_outlook(overrides, peaks=["EVER", "CHUR"], days=3, without_weather=True)
+    report = plan_outlook(settings, RunContext(tmp_path))
+    ever, chur = report.peaks
+    assert ever.weather_source.startswith("forecast@") and chur.weather_source == NO_WEATHER
+    assert any("CHUR: no day-by-day outlook" in note for note in chur.notes)
+    assert any("the weather took no part" in note for note in chur.notes)
+    assert not any("the weather took no part" in note for note in ever.notes)
+    assert report.rows == 3 * (12 + 1)  # EVER's days only
+    assert "without weather the days differ by the calendar only" in report.render()
 
 
 @pytest.mark.parametrize(

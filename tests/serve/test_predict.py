@@ -141,6 +141,26 @@ def test_predict_is_the_registered_model_s_own_answer(predict_settings, trained_
     assert prediction.probability == pytest.approx(direct["probability"][0], abs=1e-12)
 
 
+def test_a_peak_without_weather_is_answered_with_the_weather_absent(predict_settings) -> None:
+    """Ama Dablam has no archive weather: the answer is the model's without the weather token
+    (as its attempts were trained), and says so, rather than an error or a borrowed series."""
+    prediction = predict_attempt(predict_settings, everest(peak="AMAD", route="SW Ridge"))
+    assert not prediction.weather_used
+    assert 0.0 < prediction.probability < 1.0
+    assert "no weather of AMAD in source 'archive'" in prediction.notes
+    assert "without weather: the weather took no part" in prediction.render()
+    assert not any(token.startswith("weather") for token in prediction.top_tokens.split("; "))
+    assert predict_attempt(predict_settings, everest()).weather_used
+
+
+def test_a_rarely_climbed_peak_is_answered_with_a_note_on_its_shared_token(
+    predict_settings,
+) -> None:
+    prediction = predict_attempt(predict_settings, everest(peak="CHUR", route=None))
+    assert "peakid 'CHUR' is seen too rarely in the training records" in prediction.notes
+    assert "'rare peakid: 7000–7499 m'" in prediction.notes
+
+
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
@@ -148,7 +168,8 @@ def test_predict_is_the_registered_model_s_own_answer(predict_settings, trained_
         ({"age": 300}, "age 300: not in 1..100"),
         ({"nationality": "Atlantis"}, "unknown nationality 'Atlantis'"),
         ({"push_date": dt.date(1935, 5, 20)}, "no weather for EVER on 1935-05-20"),
-        ({"peak": "AMAD"}, "no weather for AMAD"),
+        ({"push_date": dt.date(1900, 5, 20)}, "push_date 1900-05-20: before the records' first"),
+        ({"push_date": dt.date(2999, 5, 20)}, "push_date 2999-05-20: in the future"),
     ],
 )
 def test_bad_input_gets_one_clear_line(predict_settings, changes, message) -> None:

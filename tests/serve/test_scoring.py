@@ -24,7 +24,7 @@ from deepsummit.core.inputs import WEATHER_VARIABLES
 from deepsummit.core.planned import KEY_COLUMNS
 from deepsummit.model.config import ModelConfig
 from deepsummit.model.transformer import DeepSummitTransformer
-from deepsummit.serve.scoring import score
+from deepsummit.serve.scoring import WEATHER_ABSENT_NOTE, score
 
 pytest_plugins = ["features_fixtures"]
 
@@ -83,15 +83,18 @@ def test_serving_gives_the_training_probability_on_200_test_rows(served) -> None
 
 def test_a_bad_row_gets_its_own_error_and_the_others_are_scored(served) -> None:
     artifact, _, _, planned = served
-    good = planned.head(3).drop(KEY_COLUMNS).to_pandas()
+    with_weather = pl.col("temperature_2m_mean").list.drop_nulls().list.len() > 0
+    good = planned.filter(with_weather).head(3).drop(KEY_COLUMNS).to_pandas()
     alone = score(artifact, good).probability
     bad = good.iloc[[0] * 6].reset_index(drop=True)
     bad.loc[0, "peak"] = "ATLANTIS"
     bad.loc[1, "age"] = 300.0
     bad.loc[2, "push_date"] = "2019-02-30"
     bad.at[3, "temperature_2m_mean"] = [1.0] * 10
-    for name in WEATHER_VARIABLES:  # no weather at all
-        bad.at[4, name] = None
+    for name in WEATHER_VARIABLES:  # half a window: the first 45 days missing
+        bad.at[4, name] = [None] * 45 + list(good.at[0, name][45:])
+    for name in WEATHER_VARIABLES:  # no weather at all: scored with the weather absent
+        bad.at[5, name] = None
     scored = score(artifact, pd.concat([good, bad], ignore_index=True))
     np.testing.assert_allclose(scored.probability[:3], alone, atol=1e-6)  # float32 batches
     assert scored.errors[3:] == [
@@ -99,11 +102,14 @@ def test_a_bad_row_gets_its_own_error_and_the_others_are_scored(served) -> None:
         "age 300: not in 1..100",
         "push_date '2019-02-30': not a date YYYY-MM-DD",
         "temperature_2m_mean: 10 daily values, expected 90 (D-89 … D)",
-        "weather: 90 of 90 days missing (the model allows 0); send D-89 … D complete",
-        None,  # the last copy is left as it was: scored
+        "weather: 45 of 90 days missing (the model allows 0); send D-89 … D complete, or no "
+        "weather at all for an answer without it",
+        None,
     ]
     assert np.isnan(scored.probability[3:8]).all()
-    assert scored.probability[8] == pytest.approx(alone[0], abs=1e-6)
+    assert scored.weather_used[3:] == [None] * 5 + [False]
+    assert WEATHER_ABSENT_NOTE in scored.notes[8]
+    assert scored.probability[8] != pytest.approx(alone[0], abs=1e-6)  # the weather mattered
 
 
 def test_unknown_categories_and_another_weather_source_are_notes(served) -> None:

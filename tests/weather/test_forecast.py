@@ -160,7 +160,8 @@ def test_the_daily_limit_stops_with_one_line(tmp_path: Path, server) -> None:
     [
         (
             "BAUD",
-            r"BAUD: no trusted coordinates for a summit forecast \(coord_source 'geocoded-suspect'",
+            r"BAUD: no day-by-day outlook, there are no trusted coordinates for a summit "
+            r"forecast \(coord_source 'geocoded-suspect'.*or ask with --without-weather",
         ),
         ("XXXX", r"unknown peak 'XXXX': not in the warehouse's peaks table"),
     ],
@@ -172,3 +173,18 @@ def test_a_peak_without_trusted_coordinates_is_refused_before_any_request(
     with pytest.raises(PipelineError, match=message):
         load_forecast(settings, RunContext(tmp_path / "run"), peakids=["EVER", peakid])
     assert server.requests == 0
+
+
+def test_asked_without_weather_an_untrusted_peak_is_left_out_of_the_requests(
+    tmp_path: Path, server
+) -> None:
+    """outlook.without_weather: the outlook answers BAUD without weather, so its forecast is
+    not asked for; EVER's still is."""
+    settings = forecast_settings(tmp_path, server)
+    settings = settings.model_copy(
+        update={"outlook": settings.outlook.model_copy(update={"without_weather": True})}
+    )
+    report = load_forecast(settings, RunContext(tmp_path / "run"), peakids=["EVER", "BAUD"])
+    assert [peak.peakid for peak in report.peaks] == ["EVER"]
+    assert server.requests == 1
+    assert forecast_rows(settings)["peakid"].unique().to_list() == ["EVER"]

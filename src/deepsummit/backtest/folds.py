@@ -72,13 +72,6 @@ def fold_inputs(
     snapshot's settings (`template`: input set, weather source, category threshold)."""
     parts = features.with_columns(fold_part=fold.part(pl.col("year")))
     rows = {name: parts.filter(pl.col("fold_part") == name).drop("fold_part") for name in PARTS}
-    preprocessor = Preprocessor.fit(
-        rows["train"],
-        windows,
-        template.inputs,
-        template.weather_source,
-        template.min_category_count,
-        {**template.extra, "fold": fold.describe()},
-    )
+    preprocessor = template.refit(rows["train"], windows, fold=fold.describe())
     arrays = {name: preprocessor.transform(frame, windows) for name, frame in rows.items()}
     return FoldInputs(fold, preprocessor, rows, arrays)

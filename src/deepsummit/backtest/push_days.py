@@ -37,10 +37,11 @@ REPLICATES = 2000
 
 
 def eligible_peak_seasons(features: pl.DataFrame, years: range, min_summiters: int) -> pl.DataFrame:
-    """Peak-seasons of the held-out years with at least `min_summiters` summiters among the
-    snapshot's attempts: (peakid, year, season, summiters, first_day, last_day)."""
+    """Peak-seasons of the held-out years, on peaks with weather, with at least
+    `min_summiters` summiters among the snapshot's attempts: (peakid, year, season, summiters,
+    first_day, last_day). Without weather the model has nothing to rank days by."""
     return (
-        features.filter(pl.col("year").is_in(list(years)))
+        features.filter(pl.col("year").is_in(list(years)) & pl.col("has_weather"))
         .group_by(PEAK_SEASON)
         .agg(
             summiters=pl.col("label").sum(),

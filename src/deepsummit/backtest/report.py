@@ -44,6 +44,23 @@ def markdown(report: BacktestReport) -> str:
         f"- {report.calibration.render()}",
         f"- mean seed band on a held-out row: {report.seed_spread:.3f}",
         "",
+        "#### By peak group (the same folds; each group's held-out rows on their own)",
+        "",
+        "| group | held-out rows | seasons scored | "
+        + " | ".join(f"{m} within-season AUC" for m in MODELS)
+        + " | "
+        + " | ".join(table.differences)
+        + " |",
+        "| --- | ---: | ---: | " + " | ".join("---" for _ in (*MODELS, *table.differences)) + " |",
+        *(
+            f"| {group} | {t.rows:,} | {t.scored_seasons} | "
+            + " | ".join(t.within_ordinary[m].render() for m in MODELS)
+            + " | "
+            + " | ".join(d.render(4) for d in t.differences.values())
+            + " |"
+            for group, t in report.groups.items()
+        ),
+        "",
         "| season | rows | summit rate | "
         + " | ".join(f"{m} AUC" for m in MODELS)
         + " | transformer Brier | transformer ECE | note |",

@@ -52,8 +52,9 @@ from deepsummit.core.config import Settings
 from deepsummit.core.context import Progress, no_progress
 from deepsummit.core.errors import PipelineError
 from deepsummit.core.warehouse import connect
+from deepsummit.features.groups import PEAK_GROUPS, peak_groups
 from deepsummit.train.baselines import run_baselines
-from deepsummit.train.comparison import TRANSFORMER, logit
+from deepsummit.train.comparison import TRANSFORMER, logit, slug
 from deepsummit.train.stage import train_seeds, transformer_predictions
 from deepsummit.train.trainer import training_knobs, training_slice
 
@@ -84,6 +85,7 @@ class BacktestReport:
     directory: Path
     folds: tuple[FoldOutcome, ...]
     seasons: SeasonTable
+    groups: dict[str, SeasonTable]  # the same table for each peak group's held-out rows
     calibration: CalibrationChoice
     push_days: PushDaySkill
     daily: pl.DataFrame  # per held-out peak-season and day: summiters and each model's score
@@ -92,6 +94,11 @@ class BacktestReport:
     def metrics(self) -> dict[str, float]:
         return {
             **self.seasons.metrics(),
+            **{
+                k: v
+                for group, table in self.groups.items()
+                for k, v in table.metrics(f"backtest_{slug(group)}_").items()
+            },
             **self.push_days.metrics(),
             "backtest_seed_spread": self.seed_spread,
             "backtest_calibration_ece_chosen": self.calibration.ece[self.calibration.chosen],
@@ -312,6 +319,16 @@ def _report(
     held_out = pl.concat([o.held_out for o in trained])
     candidates = pl.concat([o.push_days for o in trained if o.push_days.height])
     table = season_table(held_out, MODELS, config.min_season_rows, config.disaster_seasons)
+    grouped = held_out.join(peak_groups(features), on="peakid", how="left")
+    groups = {
+        group: season_table(
+            grouped.filter(pl.col("group") == group),
+            MODELS,
+            config.min_season_rows,
+            config.disaster_seasons,
+        )
+        for group in PEAK_GROUPS
+    }
     calibration = choose_calibration(
         held_out.rename({f"raw_{TRANSFORMER}": "raw"}), "raw", config.newest_folds
     )
@@ -331,6 +348,7 @@ def _report(
         directory=directory,
         folds=outcomes,
         seasons=table,
+        groups=groups,
         calibration=calibration,
         push_days=summarise(skills, PUSH_DAY_MODELS),
         daily=pl.concat(daily),

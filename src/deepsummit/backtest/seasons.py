@@ -57,15 +57,23 @@ class SeasonTable:
     pooled: dict[str, Interval]  # AUC of all held-out rows at once
     differences: dict[str, Interval]  # first − other, mean within-season AUC (ordinary)
 
-    def metrics(self) -> dict[str, float]:
+    @property
+    def scored_seasons(self) -> int:
+        return sum(1 for season in self.seasons if season.scored)
+
+    @property
+    def rows(self) -> int:
+        return sum(season.rows for season in self.seasons)
+
+    def metrics(self, prefix: str = "backtest_") -> dict[str, float]:
         values: dict[str, float] = {}
         for name in self.models:
-            key = slug(name)
-            values |= self.within_ordinary[name].as_dict(f"backtest_{key}_within_season_auc")
-            values |= self.within[name].as_dict(f"backtest_{key}_within_season_auc_all")
-            values |= self.pooled[name].as_dict(f"backtest_{key}_pooled_auc")
+            key = f"{prefix}{slug(name)}"
+            values |= self.within_ordinary[name].as_dict(f"{key}_within_season_auc")
+            values |= self.within[name].as_dict(f"{key}_within_season_auc_all")
+            values |= self.pooled[name].as_dict(f"{key}_pooled_auc")
         return values | difference_metrics(
-            self.differences, "backtest_within_season_auc_difference_"
+            self.differences, f"{prefix}within_season_auc_difference_"
         )
 
 
@@ -107,6 +115,8 @@ def season_table(
         seasons.append(SeasonScore(key, len(rows), float(season_labels.mean()), scores, note))
 
     def within(groups: list[np.ndarray], model: str) -> tuple[float, np.ndarray]:
+        if not groups:  # no season could be scored: no figure, never a silent zero
+            return float("nan"), np.full(len(weights), np.nan)
         scores = frame[model].to_numpy()
         point = np.mean([weighted_auc(labels[r], scores[r], ones[:, r])[0] for r in groups])
         replicates = np.nanmean(

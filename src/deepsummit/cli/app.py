@@ -328,6 +328,12 @@ def outlook(
             help=RunOptions.model_fields["as_of"].description,
         ),
     ] = None,
+    without_weather: Annotated[
+        bool | None,
+        typer.Option(
+            "--without-weather", help=RunOptions.model_fields["without_weather"].description
+        ),
+    ] = None,
     weather_source: WeatherSource = None,
     profile: Profile = None,
     warehouse: Warehouse = None,

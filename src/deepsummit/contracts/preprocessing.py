@@ -16,7 +16,7 @@ import numpy as np
 import polars as pl
 
 from deepsummit.contracts.arrays import FeatureArrays
-from deepsummit.core.inputs import WEATHER_CHANNELS, WEATHER_TOKENS, InputSet
+from deepsummit.core.inputs import RARE_FOLDS, WEATHER_CHANNELS, WEATHER_TOKENS, InputSet
 
 # A weather window is named by (peakid, date) in the windows frame (deepsummit/features/windows.py
 # builds it), and by (peakid, smtdate) in the features frame.
@@ -92,6 +92,19 @@ def _window_index(
     return joined["window"].to_numpy().astype(np.int64)
 
 
+def _frequent(values: pl.Series, min_count: int) -> list[str]:
+    """The values seen at least `min_count` times, most frequent first (ties by value)."""
+    counts = values.drop_nulls().value_counts().filter(pl.col("count") >= min_count)
+    return counts.sort(["count", values.name], descending=[True, False])[values.name].to_list()
+
+
+def _fold_tokens(name: str, frame: pl.DataFrame) -> pl.Series:
+    """Each row's shared token of the folding input `name`: "rare <name>: <fold value>" (null
+    where the fold column is)."""
+    fold = RARE_FOLDS[name]
+    return frame.select(pl.format("rare {}: {}", pl.lit(name), pl.col(fold)).alias(name))[name]
+
+
 @dataclass(frozen=True)
 class Preprocessor:
     """Everything a model needs to turn feature rows into its inputs, learnt from train rows."""
@@ -102,6 +115,8 @@ class Preprocessor:
     weather: Standardiser
     weather_source: str
     min_category_count: int
+    # A value of a folding input (RARE_FOLDS) seen in fewer train rows reads as its fold's token.
+    rare_fold_count: int = 0
     extra: dict[str, Any] = field(default_factory=dict)  # provenance: split, digest, …
 
     @property
@@ -127,21 +142,26 @@ class Preprocessor:
         weather_source: str,
         min_category_count: int,
         extra: dict[str, Any] | None = None,
+        rare_fold_count: int = 0,
     ) -> Preprocessor:
         """Learn from the train rows only: categories seen at least `min_category_count`
         times (most frequent first), numeric and per-variable weather statistics. Weather
-        statistics weigh each window by the number of train attempts that use it."""
+        statistics weigh each window by the number of train attempts that use it.
+
+        A folding input (RARE_FOLDS) keeps its values seen at least `rare_fold_count` times;
+        the others count towards their fold's shared token ("rare peakid: 6500–6999 m"), which
+        joins the vocabulary after them when it reaches `min_category_count`."""
         vocabularies = {}
         for name in inputs.categorical:
-            counts = (
-                train[name]
-                .drop_nulls()
-                .value_counts()
-                .filter(pl.col("count") >= min_category_count)
+            folds = name in RARE_FOLDS
+            own = _frequent(
+                train[name],
+                max(min_category_count, rare_fold_count) if folds else min_category_count,
             )
-            vocabularies[name] = counts.sort(["count", name], descending=[True, False])[
-                name
-            ].to_list()
+            vocabularies[name] = own
+            if folds:
+                folded = _fold_tokens(name, train.filter(~pl.col(name).is_in(own)))
+                vocabularies[name] = own + _frequent(folded, min_category_count)
         numeric = _standardiser(
             inputs.numeric,
             train.select(inputs.numeric).cast(pl.Float64).fill_null(float("nan")).to_numpy(),
@@ -156,7 +176,33 @@ class Preprocessor:
             np.repeat(uses, tokens).astype(np.float64),
         )
         return cls(
-            inputs, vocabularies, numeric, weather, weather_source, min_category_count, extra or {}
+            inputs,
+            vocabularies,
+            numeric,
+            weather,
+            weather_source,
+            min_category_count,
+            rare_fold_count,
+            extra or {},
+        )
+
+    def refit(
+        self,
+        train: pl.DataFrame,
+        windows: pl.DataFrame,
+        inputs: InputSet | None = None,
+        **extra: Any,
+    ) -> Preprocessor:
+        """The same settings (weather source, thresholds; the input set unless given), learnt
+        anew from other train rows; `extra` adds to the provenance."""
+        return Preprocessor.fit(
+            train,
+            windows,
+            inputs or self.inputs,
+            self.weather_source,
+            self.min_category_count,
+            {**self.extra, **extra},
+            self.rare_fold_count,
         )
 
     def transform(
@@ -177,7 +223,7 @@ class Preprocessor:
         numeric_missing = np.isnan(numeric)
 
         categorical = (
-            np.stack([self._encode(name, features[name]) for name in inputs.categorical], axis=1)
+            np.stack([self._encode(name, features) for name in inputs.categorical], axis=1)
             if features.height and inputs.categorical
             else np.zeros((features.height, len(inputs.categorical)), np.int64)
         )
@@ -211,17 +257,39 @@ class Preprocessor:
             label=label.astype(np.float32),
         )
 
-    def _encode(self, name: str, values: pl.Series) -> np.ndarray:
+    def _tokens(self, name: str, features: pl.DataFrame) -> list[str | None]:
+        """Each row's value of `name` as the vocabulary names it: the value itself, or for a
+        folding input a value outside the vocabulary as its fold's token."""
+        values = features[name].to_list()
+        if name not in RARE_FOLDS:
+            return values
+        known = set(self.vocabularies[name])
+        folds = _fold_tokens(name, features).to_list()
+        return [v if v in known or v is None else f for v, f in zip(values, folds, strict=True)]
+
+    def _encode(self, name: str, features: pl.DataFrame) -> np.ndarray:
         lookup = {value: position + 1 for position, value in enumerate(self.vocabularies[name])}
-        return np.array([lookup.get(value, 0) for value in values.to_list()], dtype=np.int64)
+        tokens = self._tokens(name, features)
+        return np.array([lookup.get(token, 0) for token in tokens], dtype=np.int64)
 
     def unknown_notes_by_row(self, features: pl.DataFrame) -> list[list[str]]:
-        """Per row, one note per category value the model sees as unknown (to show the user)."""
+        """Per row, one note per category value the model does not know by itself: a rare
+        value read as its fold's shared token, or one it sees as unknown (to show the user)."""
         notes: list[list[str]] = [[] for _ in range(features.height)]
         for name in self.inputs.categorical:
             known = set(self.vocabularies[name])
+            tokens = self._tokens(name, features)
             for row, value in enumerate(features[name].to_list()):
-                if value is not None and value not in known:
+                if value is None or value in known:
+                    continue
+                if tokens[row] in known:
+                    notes[row].append(
+                        f"{name} {value!r} is seen too rarely in the training records (fewer "
+                        f"than {self.rare_fold_count} attempts): it is read as the shared token "
+                        f"{tokens[row]!r}, leaning on its himal, height and the wider success "
+                        "rates rather than on its own few attempts"
+                    )
+                else:
                     notes[row].append(
                         f"{name} {value!r} is not in the training vocabulary: unknown"
                     )
@@ -243,6 +311,7 @@ class Preprocessor:
             weather=Standardiser(**document["weather"]),
             weather_source=document["weather_source"],
             min_category_count=document["min_category_count"],
+            rare_fold_count=document.get("rare_fold_count", 0),
             extra=document["extra"],
         )
 

@@ -208,6 +208,9 @@ class OutlookConfig(OutlookPlan):  # type: ignore[misc, valid-type]
     # from the stored weather of weather.source, the candidate days starting on it.
     as_of: date | None = None
     days: int = Field(16, ge=1, le=16)  # candidate days; the forecast reaches 16 days ahead
+    # A peak without trusted coordinates has no forecast, so no day-by-day outlook: by default
+    # it is an error; with this set, it gets the plan's P without weather on every day.
+    without_weather: bool = False
     # The members, stated here or in a CSV file (a header of TeamMember's fields; one row per
     # member); `team` wins when both are set.
     team: tuple[TeamMember, ...] = ()  # type: ignore[valid-type]
@@ -267,6 +270,9 @@ class FeaturesConfig(Section):
     retrospective: bool = False
     max_missing_days: int = 0  # a window missing more days than this is excluded
     min_category_count: int = 5  # rarer categories fold into index 0 (unknown)
+    # A peak with fewer train attempts reads as its height band's shared token: an embedding
+    # learnt from one or two expeditions is noise (core/inputs.RARE_FOLDS names the fold).
+    rare_peak_attempts: int = 50
     success_rate_prior_strength: float = 20.0  # pseudo-attempts pulling a rate toward the prior
     features_dir: Path = Path("var/features")
 

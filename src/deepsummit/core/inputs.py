@@ -122,6 +122,11 @@ class InputSet:
 
 SPEC_INPUT_SET = InputSet.of(SPEC_INPUTS)
 
+# A categorical input whose rare values fold into a broader shared token, and the column of the
+# features table (sql/features_tabular.sql) that names that token: a rarely climbed peak reads
+# as "a rare peak of its height band", beside its own himal and height tokens.
+RARE_FOLDS: dict[str, str] = {"peakid": "height_band"}
+
 
 # The 15 Open-Meteo daily variables, as stored in weather_daily.
 WEATHER_VARIABLES: tuple[str, ...] = (

@@ -77,6 +77,11 @@ class RunOptions(BaseModel):
         "Replay the outlook of that morning, YYYY-MM-DD, from stored weather (--weather-source).",
     )
     days: int | None = _option("outlook.days", "Candidate push days (at most 16).")
+    without_weather: bool | None = _option(
+        "outlook.without_weather",
+        "For a peak without a forecast (no trusted coordinates; in a replay, no stored "
+        "weather): the plan's P without weather instead of an error.",
+    )
     team: Path | None = _option(
         "outlook.team_file", "Team CSV: name,age,sex,nationality,role,hired; a row per member."
     )

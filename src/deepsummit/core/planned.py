@@ -14,6 +14,7 @@ import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
+from zoneinfo import ZoneInfo
 
 import pandas as pd
 
@@ -156,3 +157,8 @@ def markdown_table() -> str:
         f"{WINDOW_DAYS} daily values, D-{WINDOW_DAYS - 1} first; null = missing |"
     )
     return "\n".join(lines)
+
+
+def today(timezone: str) -> dt.date:
+    """The date in `timezone` (the climbers' own: a push day is a local date)."""
+    return dt.datetime.now(ZoneInfo(timezone)).date()

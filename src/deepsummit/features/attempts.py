@@ -1,8 +1,9 @@
-"""Attempts: member rows with an expedition date, a peak with weather and a complete window.
+"""Attempts: member rows with an expedition date, on any peak of the records.
 
-Every member row either becomes an attempt or is counted under the first reason that keeps it
-out (`attempt_candidates.reason`, totals in `attempt_exclusions`), so attempts + excluded =
-member rows.
+A peak with weather from the source needs a complete window; a peak without any keeps its
+attempts with the weather absent (`has_weather` false). Every member row either becomes an
+attempt or is counted under the first reason that keeps it out (`attempt_candidates.reason`,
+totals in `attempt_exclusions`), so attempts + excluded = member rows.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ EXCLUSION_REASONS: tuple[str, ...] = (
     "no date",
     "unknown peak",
     "no label",
-    "peak without weather",
     "window incomplete",
     "after the test years",
 )
@@ -33,7 +33,7 @@ def build_attempts(
     the clean tables and the weather of `source`; return the windows (one per (peakid, date)
     any candidate needs)."""
     run(con, "features_attempt_candidates")
-    targets = query(con, "features_window_targets", {"source": source})
+    targets = query(con, "features_window_targets")
     windows = compute_windows(con, targets, source)
     with registered(con, windows_frame=windows):
         run(con, "features_weather_windows_table", {"source": source})

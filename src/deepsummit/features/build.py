@@ -155,7 +155,13 @@ def build_features(settings: Settings, context: RunContext) -> FeaturesReport:
     by_split = {name: features.filter(pl.col("split") == name) for name in SPLITS}
     inputs = config.model_inputs()
     preprocessor = Preprocessor.fit(
-        by_split["train"], windows, inputs, source, config.min_category_count, extra
+        by_split["train"],
+        windows,
+        inputs,
+        source,
+        config.min_category_count,
+        extra,
+        config.rare_peak_attempts,
     )
     directory = config.features_dir / snapshot_digest[:12]
     reference = training_profile(

@@ -15,7 +15,7 @@ import duckdb
 import polars as pl
 
 from deepsummit.core.errors import PipelineError
-from deepsummit.core.inputs import TABULAR_INPUTS
+from deepsummit.core.inputs import RARE_FOLDS, TABULAR_INPUTS
 from deepsummit.core.warehouse import query, registered, run
 
 # What an attempt says about itself: the expedition and the member as planned, and the
@@ -91,4 +91,4 @@ def attempt_features(
     attempt_input = attempts.select(*ATTEMPT_INPUT_SCHEMA).cast(ATTEMPT_INPUT_SCHEMA)
     with registered(con, attempt_input=attempt_input):
         features = query(con, "features_tabular", {"prior_strength": prior_strength})
-    return features.select(*ATTEMPT_KEYS, *TABULAR_FEATURES)
+    return features.select(*ATTEMPT_KEYS, *TABULAR_FEATURES, *RARE_FOLDS.values())

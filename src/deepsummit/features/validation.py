@@ -13,7 +13,7 @@ import pandera.polars as pa
 import polars as pl
 
 from deepsummit.core.errors import PipelineError
-from deepsummit.core.inputs import TABULAR_INPUTS
+from deepsummit.core.inputs import RARE_FOLDS, TABULAR_INPUTS
 from deepsummit.records import expectations as expectations_module
 from deepsummit.records.expectations import validate_frame
 
@@ -26,8 +26,8 @@ from deepsummit.contracts.snapshot import SPLITS
 LABEL_RATE_BOUNDS: tuple[float, float] = (0.05, 0.95)
 # Never missing: keys, the label, and features every expedition and peak record carries.
 REQUIRED_COLUMNS: tuple[str, ...] = (
-    "expid", "member_id", "year", "smtdate", "weather_source", "split", "label",
-    "peakid", "season", "himal", "heightm",
+    "expid", "member_id", "year", "smtdate", "weather_source", "has_weather", "split",
+    "label", "peakid", "season", "himal", "heightm",
 )  # fmt: skip
 # Missing now and then in the records (and then masked); mostly present all the same.
 MOSTLY_PRESENT: dict[str, float] = {
@@ -63,6 +63,7 @@ def features_schema() -> pa.DataFrameSchema:
         "year": pa.Column(pl.Int32),
         "smtdate": pa.Column(pl.Date),
         "weather_source": pa.Column(pl.String),
+        "has_weather": pa.Column(pl.Boolean),
         "split": pa.Column(pl.String, pa.Check.isin(SPLITS)),
         "label": pa.Column(pl.Boolean),
     }
@@ -75,6 +76,8 @@ def features_schema() -> pa.DataFrameSchema:
             columns[name] = pa.Column(pl.String, nullable=name not in REQUIRED_COLUMNS)
         else:
             columns[name] = pa.Column(pl.Int32, pa.Check.isin([0, 1]), nullable=True)
+    for fold in RARE_FOLDS.values():
+        columns[fold] = pa.Column(pl.String, nullable=True)
     return pa.DataFrameSchema(columns, strict=True, unique=["member_id", "year"])
 
 

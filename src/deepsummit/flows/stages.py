@@ -141,7 +141,7 @@ FORECAST = Stage(
     reads=("peaks", "forecast_api"),
     writes=("forecast_weather",),
     side_writes=("weather_api_calls", "quarantine"),
-    settings=("forecast", "outlook.peaks"),
+    settings=("forecast", "outlook.peaks", "outlook.without_weather"),
     description="Fetch the Open-Meteo forecast of the outlook's peaks into weather_daily, "
     "under the source of its issue time.",
     retry=Retry(retries=3, backoff_s=10.0, never=(QuotaExhausted,)),

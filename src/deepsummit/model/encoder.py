@@ -33,10 +33,13 @@ class TransformerBlock(nn.Module):
         self.drop_path2 = DropPath(drop_path_prob)
 
     def forward(
-        self, x: torch.Tensor, return_attention: bool = False
+        self,
+        x: torch.Tensor,
+        present: torch.Tensor | None = None,
+        return_attention: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        # x: (B, S, H) → (B, S, H); weights (B, n_h, S, S) when asked.
-        attended, weights = self.attention(self.norm1(x), return_attention)
+        # x: (B, S, H), present: (B, S) bool → (B, S, H); weights (B, n_h, S, S) when asked.
+        attended, weights = self.attention(self.norm1(x), present, return_attention)
         x = x + self.drop_path1(self.dropout1(attended))
         x = x + self.drop_path2(self.dropout2(self.ffn(self.norm2(x))))
         return x, weights
@@ -52,12 +55,16 @@ class TransformerEncoder(nn.Module):
         self.norm = RMSNorm(config.hidden_size)
 
     def forward(
-        self, x: torch.Tensor, return_attention: bool = False
+        self,
+        x: torch.Tensor,
+        present: torch.Tensor | None = None,
+        return_attention: bool = False,
     ) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """x: (B, S, H) → (encoded (B, S, H), per-layer weights, empty unless asked)."""
+        """x: (B, S, H), present: (B, S) bool, the tokens attention may read (None: all) →
+        (encoded (B, S, H), per-layer weights, empty unless asked)."""
         attention = []
         for block in self.blocks:
-            x, weights = block(x, return_attention)
+            x, weights = block(x, present, return_attention)
             if weights is not None:
                 attention.append(weights)
         return self.norm(x), attention

@@ -1,5 +1,9 @@
 """DeepSummitTransformer: [CLS] + T_tab tabular + T_w weather tokens (+ modality) → encoder → logit
-(shape symbols: deepsummit/model/config.py)."""
+(shape symbols: deepsummit/model/config.py).
+
+A weather token with no value at all (a day without data; every token of an attempt whose peak
+has no weather) is absent: attention reads no key of it, so an attempt without weather is
+answered from its tabular tokens alone, in training and in serving alike."""
 
 from __future__ import annotations
 
@@ -48,6 +52,13 @@ class DeepSummitTransformer(nn.Module):
         )  # (B, T_w, H)
         cls = self.cls_token.expand(tabular.shape[0], -1, -1)  # (B, 1, H)
         sequence = torch.cat([cls, tabular, weather_tokens], dim=1) + self.modality()  # (B, S, H)
-        encoded, attention = self.encoder(sequence, return_attention)  # (B, S, H)
+        present = torch.cat(
+            [
+                torch.ones(cls.shape[0], 1 + tabular.shape[1], dtype=torch.bool, device=cls.device),
+                ~weather_missing.all(dim=-1),  # (B, T_w)
+            ],
+            dim=1,
+        )  # (B, S)
+        encoded, attention = self.encoder(sequence, present, return_attention)  # (B, S, H)
         logits = self.head(encoded)  # (B,)
         return (logits, attention) if return_attention else logits

@@ -16,7 +16,6 @@ import datetime as dt
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
-from zoneinfo import ZoneInfo
 
 import numpy as np
 import pandas as pd
@@ -31,11 +30,16 @@ from deepsummit.core.config import OutlookConfig, Settings, TeamMember
 from deepsummit.core.context import RunContext
 from deepsummit.core.errors import PipelineError
 from deepsummit.core.inputs import WEATHER_VARIABLES, WINDOW_DAYS
-from deepsummit.core.planned import planned_frame, planned_record
+from deepsummit.core.planned import planned_frame, planned_record, today
 from deepsummit.core.warehouse import connect, query, registered, run
 from deepsummit.serve.planned import parse_planned
 from deepsummit.serve.scoring import planned_features
-from deepsummit.weather.forecast import forecast_locations, issued_at, newest_forecast
+from deepsummit.weather.forecast import (
+    forecast_locations,
+    issued_at,
+    newest_forecast,
+    untrusted_peaks,
+)
 
 TEAM = "team"  # the `member` of a team row in the outlooks table
 CHART_FILE = "outlook.png"
@@ -86,7 +90,7 @@ class DayOutlook:
 @dataclass(frozen=True)
 class PeakOutlook:
     peakid: str
-    weather_source: str  # forecast@<issue time>
+    weather_source: str  # forecast@<issue time>, the replay's source, or NO_WEATHER
     days: tuple[DayOutlook, ...]
     notes: tuple[str, ...]
 
@@ -101,7 +105,7 @@ class OutlookReport:
     peaks: tuple[PeakOutlook, ...]
     model_version: str
     trained_on: str  # the weather source the model learnt from
-    drift: DriftReport
+    drift: DriftReport | None  # None: no peak was fed weather
     chart: Path | None = None
     rows: int = 0  # rows written to the outlooks table
 
@@ -137,9 +141,14 @@ class OutlookReport:
             lines.append(
                 f"  best push day: {best.day} (*), {best.expected:.2f} expected summiters of "
                 f"{len(self.members)} [{best.low:.2f}–{best.high:.2f}]"
+                + (
+                    "; without weather the days differ by the calendar only"
+                    if peak.weather_source == NO_WEATHER
+                    else ""
+                )
             )
             lines += [f"  note: {note}" for note in peak.notes]
-        if self.drift.warning():
+        if self.drift and self.drift.warning():
             lines.append(f"note: {self.drift.warning()}")
         if self.rows:
             lines.append(f"{self.rows} rows in the outlooks table")
@@ -173,12 +182,16 @@ class OutlookReport:
                     f"| {members} |"
                 )
             lines += ["", *(f"- {note}" for note in peak.notes), ""]
-        if self.drift.warning():
+        if self.drift and self.drift.warning():
             lines += [f"**Input drift:** {self.drift.warning()}", ""]
         if self.chart is not None and self.chart.exists():
             encoded = base64.b64encode(self.chart.read_bytes()).decode()
             lines.append(f"![{OUTLOOK_CHART_ALT}](data:image/png;base64,{encoded})")
         return "\n".join(lines)
+
+
+# The weather source of a peak answered without weather (outlook.without_weather).
+NO_WEATHER = "none"
 
 
 def candidate_days(first: dt.date, days: int) -> list[dt.date]:
@@ -190,12 +203,13 @@ def planned_requests(
     members: tuple[TeamMember, ...],
     peakid: str,
     days: list[dt.date],
-    daily: pl.DataFrame,
+    daily: pl.DataFrame | None,
     source: str,
 ) -> pd.DataFrame:
     """One planned attempt per (day, member) in the model's input layout, each with its 90
-    days of weather from `daily`."""
-    by_date = daily.select("date", *WEATHER_VARIABLES)
+    days of weather from `daily` (None: no weather at all, which the model reads as absent)."""
+    absent = pl.DataFrame(schema={"date": pl.Date, **dict.fromkeys(WEATHER_VARIABLES, pl.Float64)})
+    by_date = absent if daily is None else daily.select("date", *WEATHER_VARIABLES)
     plan = {**config.plan(), "team_size": config.team_size or len(members)}
     stated = {name: value for name, value in plan.items() if value is not None}
     rows = []
@@ -249,13 +263,15 @@ def outlook_for(
     members: tuple[TeamMember, ...],
     peakid: str,
     first_day: dt.date,
-    daily: pl.DataFrame,
+    daily: pl.DataFrame | None,
     source: str,
 ) -> tuple[PeakOutlook, pd.DataFrame]:
     """One peak's outlook from its forecast rows (`daily`) by `model` (the pyfunc), and the
-    requests it scored."""
+    requests it scored. `daily` None: the plan's P without weather on every day, `source`
+    saying why there is none."""
     days = candidate_days(first_day, config.days)
-    check_horizon(peakid, days, daily, source, replay=config.as_of is not None)
+    if daily is not None:
+        check_horizon(peakid, days, daily, source, replay=config.as_of is not None)
     requests = planned_requests(config, members, peakid, days, daily, source)
     answers = model.predict(requests)
     errors = sorted({e for e in answers["error"] if isinstance(e, str) and e})
@@ -267,9 +283,11 @@ def outlook_for(
         for column in ("probability", "probability_low", "probability_high")
     )
     notes = {n.strip() for note in answers["notes"] if note for n in note.split(";")}
+    if daily is None:
+        notes.add(source)
     outlook = PeakOutlook(
         peakid=peakid,
-        weather_source=source,
+        weather_source=source if daily is not None else NO_WEATHER,
         days=tuple(
             DayOutlook(
                 day=day,
@@ -307,23 +325,25 @@ def forecast_drift(
     )
 
 
-def today(timezone: str) -> dt.date:
-    return dt.datetime.now(ZoneInfo(timezone)).date()
-
-
 def plan_outlook(settings: Settings, context: RunContext) -> OutlookReport:
     """The outlook stage: each configured peak's outlook from its newest stored forecast, by
-    the champion; upserted into the outlooks table and charted in the run folder."""
+    the champion; upserted into the outlooks table and charted in the run folder. A peak
+    without trusted coordinates has no forecast: one line, or with outlook.without_weather,
+    the plan's P without weather."""
     config = settings.outlook
     peakids = list(config.peaks)
     with connect(settings.paths.warehouse, read_only=True) as con:
-        forecast_locations(con, peakids, settings.weather)  # coordinates still trusted
-        forecast = newest_forecast(con, peakids)
-    missing = [p for p in peakids if p not in forecast.sources]
+        untrusted = untrusted_peaks(con, peakids) if config.without_weather else {}
+        forecasted = [p for p in peakids if p not in untrusted]
+        forecast_locations(con, forecasted, settings.weather)  # coordinates still trusted
+        forecast = newest_forecast(con, forecasted)
+    missing = [p for p in forecasted if p not in forecast.sources]
     if missing:
         raise PipelineError(f"no forecast stored for {', '.join(missing)}: run the forecast first")
     weather = {
         peakid: (forecast.daily.filter(pl.col("peakid") == peakid), forecast.sources[peakid])
+        if peakid in forecast.sources
+        else (None, untrusted[peakid])
         for peakid in peakids
     }
     first_day = config.first_day or today(settings.weather.timezone)
@@ -335,25 +355,26 @@ def replay_outlook(settings: Settings, context: RunContext) -> OutlookReport:
     """The outlook a team would have seen on the morning of `outlook.as_of`, by the champion,
     from the stored weather of `weather.source` (the archive: a perfect forecast of the days
     ahead, so it shows what the model reads from the weather, not what a forecast would have
-    said). Charted in the run folder; the outlooks table keeps forecasts only."""
+    said). Charted in the run folder; the outlooks table keeps forecasts only. A peak the
+    source has no weather of gets, with outlook.without_weather, the plan's P without it."""
     config = settings.outlook
     if config.as_of is None:
         raise PipelineError("a replay needs a date: --as-of YYYY-MM-DD (outlook.as_of)")
     source = settings.weather.source
     days = candidate_days(config.as_of, config.days)
     first = days[0] - dt.timedelta(days=WINDOW_DAYS - 1)
+    weather: dict[str, tuple[pl.DataFrame | None, str]] = {}
     with connect(settings.paths.warehouse, read_only=True) as con:
-        weather = {
-            peakid: (
-                query(
-                    con,
-                    "serving_daily_weather",
-                    {"peakid": peakid, "source": source, "first": first, "last": days[-1]},
-                ),
-                source,
+        for peakid in config.peaks:
+            daily = query(
+                con,
+                "serving_daily_weather",
+                {"peakid": peakid, "source": source, "first": first, "last": days[-1]},
             )
-            for peakid in config.peaks
-        }
+            if daily.is_empty() and config.without_weather:
+                weather[peakid] = (None, f"{peakid}: no weather of {source!r} stored")
+            else:
+                weather[peakid] = (daily, source)
     return score_outlook(settings, context, config.as_of, weather)
 
 
@@ -361,36 +382,41 @@ def score_outlook(
     settings: Settings,
     context: RunContext,
     first_day: dt.date,
-    weather: dict[str, tuple[pl.DataFrame, str]],
+    weather: dict[str, tuple[pl.DataFrame | None, str]],
 ) -> OutlookReport:
-    """Each peak's outlook by the champion from its daily weather (peak → (rows, source)),
-    with the forecast's drift and the chart."""
+    """Each peak's outlook by the champion from its daily weather (peak → (rows, source), or
+    (None, why there is none) for a peak answered without weather), with the drift of the
+    weather it was fed and the chart."""
     members = team(settings.outlook)
     champion = champion_version(settings.mlflow)
     version = str(champion.version)
     model = load_verified(settings.mlflow.tracking_uri, champion.name, version)
     artifact: ModelArtifact = model.unwrap_python_model().artifact
-    peaks, requests = [], []
+    peaks, fed = [], []  # fed: the requests that carried weather, the drift's rows
     for peakid, (daily, source) in weather.items():
         peak, asked = outlook_for(
             model, settings.outlook, members, peakid, first_day, daily, source
         )
         peaks.append(peak)
-        requests.append(asked)
+        if daily is not None:
+            fed.append(asked)
     report = OutlookReport(
         members=members,
         peaks=tuple(peaks),
         model_version=version,
         trained_on=champion.tags.get(TAG_WEATHER_SOURCE, artifact.preprocessor.weather_source),
-        drift=forecast_drift(settings, artifact, pd.concat(requests, ignore_index=True)),
+        drift=forecast_drift(settings, artifact, pd.concat(fed, ignore_index=True))
+        if fed
+        else None,
     )
     return replace(report, chart=plot_outlook(report, context.run_dir / CHART_FILE))
 
 
 def outlook_rows(report: OutlookReport) -> pl.DataFrame:
-    """The report as rows of the outlooks table: per peak, push day and member, and the team."""
+    """The report as rows of the outlooks table: per peak, push day and member, and the team.
+    The table keeps forecast outlooks: a peak answered without weather is not one."""
     records = []
-    for peak in report.peaks:
+    for peak in (p for p in report.peaks if p.weather_source != NO_WEATHER):
         issued = issued_at(peak.weather_source)
         for day in peak.days:
             named = zip((m.name for m in report.members), day.members, strict=True)
@@ -414,6 +440,8 @@ def outlook_rows(report: OutlookReport) -> pl.DataFrame:
 def write_outlooks(settings: Settings, report: OutlookReport) -> int:
     """Upsert the report into `outlooks` (deepsummit/sql/outlook_upsert.sql): the same forecast,
     model and team again replaces its rows, never duplicates them."""
+    if all(peak.weather_source == NO_WEATHER for peak in report.peaks):
+        return 0
     frame = outlook_rows(report)
     with connect(settings.paths.warehouse, lock_timeout_s=settings.warehouse.lock_timeout_s) as con:
         run(con, "outlook_create_table")

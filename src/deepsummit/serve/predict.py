@@ -20,7 +20,7 @@ from deepsummit.contracts.champion import TAG_WEATHER_SOURCE, champion_version, 
 from deepsummit.core.config import Settings
 from deepsummit.core.errors import PipelineError
 from deepsummit.core.inputs import WEATHER_VARIABLES, WINDOW_DAYS
-from deepsummit.core.planned import planned_frame, planned_record, season_of
+from deepsummit.core.planned import planned_frame, planned_record, season_of, today
 from deepsummit.core.warehouse import connect, query
 from deepsummit.serve.planned import parse_planned
 
@@ -34,6 +34,7 @@ class Prediction:
     high: float
     top_tokens: str
     notes: str
+    weather_used: bool
     model_uri: str
     model_version: str
     weather_source: str
@@ -44,7 +45,12 @@ class Prediction:
         lines = [
             f"P(summit) = {self.probability:.3f} (seeds {self.low:.3f}–{self.high:.3f}) for "
             f"{a['peak']} on {a['push_date']} ({season_of(a)}), model {self.model_uri} "
-            f"(v{self.model_version}, weather {self.weather_source})",
+            f"(v{self.model_version}, "
+            + (
+                f"weather {self.weather_source})"
+                if self.weather_used
+                else "without weather: the weather took no part)"
+            ),
             "tokens that weighed most (attention rollout from CLS):",
             *(f"  {token.strip()}" for token in self.top_tokens.split(";") if token.strip()),
         ]
@@ -52,19 +58,38 @@ class Prediction:
         return "\n".join(lines)
 
 
-def check_known(con: duckdb.DuckDBPyConnection, planned: Mapping[str, Any]) -> None:
-    """Input the records have never seen: one clear line each, before any model is loaded."""
+def check_known(
+    con: duckdb.DuckDBPyConnection, planned: Mapping[str, Any], today: dt.date
+) -> list[str]:
+    """Input the records have never seen, or a push day they cannot speak for: one clear line
+    each, before any model is looked up. Returns the weather sources with days of the peak."""
     peak, nationality = planned["peak"], planned.get("nationality")
+    push = planned["push_date"]
     [known] = query(
-        con, "serving_known_inputs", {"peakid": peak, "nationality": nationality}
+        con,
+        "serving_known_inputs",
+        {"peakid": peak, "nationality": nationality},
     ).to_dicts()
     if not known["peak_known"]:
         raise PipelineError(f"unknown peak {peak!r}: not in the warehouse's peaks table")
+    if known["first_record"] is None:
+        raise PipelineError(f"peak {peak!r}: no expedition of the records has a date on it")
+    if push < known["first_record"]:
+        raise PipelineError(
+            f"push_date {push}: before the records' first expedition on {peak} "
+            f"({known['first_record']}); the model knows nothing of the peak then"
+        )
+    if push > today:
+        raise PipelineError(
+            f"push_date {push}: in the future; `deepsummit outlook` answers for the coming "
+            "days from a forecast"
+        )
     if not known["nationality_known"]:
         raise PipelineError(
             f"unknown nationality {nationality!r}: no member of the records has "
             "that citizenship (spell it as the records do, e.g. 'Nepal', 'USA', 'UK')"
         )
+    return list(known["weather_sources"])
 
 
 def daily_weather(
@@ -98,12 +123,18 @@ def predict_attempt(settings: Settings, planned: Mapping[str, Any]) -> Predictio
     if error:
         raise PipelineError(error)
     with connect(settings.paths.warehouse, read_only=True) as con:
-        check_known(con, planned)  # before the model download: bad input fails at once
+        # Before the registry is asked: bad input fails at once, naming what is wrong.
+        sources = check_known(con, planned, today(settings.weather.timezone))
     champion = champion_version(settings.mlflow)
     name, version = champion.name, str(champion.version)
     source = champion.tags.get(TAG_WEATHER_SOURCE, settings.weather.source)
-    with connect(settings.paths.warehouse, read_only=True) as con:
-        weather = daily_weather(con, planned["peak"], planned["push_date"], source)
+    # A peak the source has no weather of is answered as its attempts were trained: with the
+    # weather absent. A peak it has weather of needs the whole window.
+    weather, why_absent = {}, f"no weather of {planned['peak']} in source {source!r}"
+    if source in sources:
+        with connect(settings.paths.warehouse, read_only=True) as con:
+            weather = daily_weather(con, planned["peak"], planned["push_date"], source)
+        why_absent = ""
     model = load_verified(settings.mlflow.tracking_uri, name, version)
     request = planned_frame([{**record, "weather_source": source, **weather}])
     [answer] = model.predict(request, params={"top_tokens": TOP_TOKENS}).to_dict(orient="records")
@@ -114,7 +145,8 @@ def predict_attempt(settings: Settings, planned: Mapping[str, Any]) -> Predictio
         low=float(answer["probability_low"]),
         high=float(answer["probability_high"]),
         top_tokens=answer["top_tokens"] or "",
-        notes=answer["notes"] or "",
+        notes="; ".join(filter(None, [why_absent, answer["notes"]])),
+        weather_used=bool(answer["weather_used"]),
         model_uri=f"models:/{name}@{settings.mlflow.champion_alias}",
         model_version=version,
         weather_source=source,

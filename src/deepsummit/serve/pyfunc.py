@@ -1,5 +1,6 @@
 """The registered model as an MLflow pyfunc: planned attempts in (deepsummit/serve/planned.py),
-calibrated P(summit) out, with the seeds' band, a per-row error and notes, and on request
+calibrated P(summit) out, with the seeds' band, whether the weather took part, a per-row error
+and notes, and on request
 (`params={"top_tokens": 5}`) the tokens that weighed most. Served as is by
 `mlflow models serve -m models:/deepsummit@champion --env-manager local`."""
 
@@ -31,6 +32,7 @@ def signature() -> ModelSignature:
         ColSpec("double", "probability"),
         ColSpec("double", "probability_low"),
         ColSpec("double", "probability_high"),
+        ColSpec("boolean", "weather_used", required=False),
         ColSpec("string", "error", required=False),
         ColSpec("string", "notes", required=False),
         ColSpec("string", "top_tokens", required=False),

@@ -20,14 +20,18 @@ import torch
 
 from deepsummit.contracts.arrays import FeatureArrays, seed_logits, to_tensors
 from deepsummit.contracts.artifact import ModelArtifact
-from deepsummit.core.inputs import WEATHER_VARIABLES, WINDOW_SCALES
+from deepsummit.core.inputs import WEATHER_VARIABLES, WINDOW_DAYS, WINDOW_SCALES
 from deepsummit.features.tabular import attempt_features, register_history
 from deepsummit.features.windows import compute_windows
 from deepsummit.model.transformer import DeepSummitTransformer
 from deepsummit.serve.planned import PlannedRows, parse_planned
 
 REQUEST_SOURCE = "request"  # the weather_daily source name of a request's own rows
-OUTPUT_COLUMNS = ("probability", "probability_low", "probability_high", "error", "notes")
+# The note on an answer the weather took no part in (a request row without any weather).
+WEATHER_ABSENT_NOTE = (
+    "weather absent: this P reads the planned attempt and the records only, the weather took "
+    "no part"
+)
 
 
 def weather_token_names() -> tuple[str, ...]:
@@ -67,6 +71,7 @@ class Scored:
     probability: np.ndarray  # calibrated, of the seeds' mean logit
     low: np.ndarray  # the lowest and highest calibrated probability of the seeds
     high: np.ndarray
+    weather_used: list[bool | None]  # whether any weather reached the model (None: not scored)
     errors: list[str | None]
     notes: list[str]
     top_tokens: list[list[tuple[str, float]]]
@@ -83,6 +88,7 @@ class Scored:
                 "probability": numbers(self.probability),
                 "probability_low": numbers(self.low),
                 "probability_high": numbers(self.high),
+                "weather_used": pd.Series(self.weather_used, dtype=object),
                 "error": pd.Series(self.errors, dtype=object),
                 "notes": self.notes,
             }
@@ -121,6 +127,7 @@ def score(artifact: ModelArtifact, request: pd.DataFrame, top_tokens: int = 0) -
     errors = list(planned.errors)
     notes = [_source_note(artifact, source) for source in planned.sources]
     probability, low, high = (np.full(n, np.nan) for _ in range(3))
+    weather_used: list[bool | None] = [None] * n
     tokens: list[list[tuple[str, float]]] = [[] for _ in range(n)]
     features, windows = planned_features(artifact, planned, errors)
     if features.height:
@@ -131,10 +138,13 @@ def score(artifact: ModelArtifact, request: pd.DataFrame, top_tokens: int = 0) -
         seeds = artifact.calibrator.probabilities(logits)
         probability[rows] = artifact.calibrator.probabilities(logits.mean(axis=0))
         low[rows], high[rows] = seeds.min(0), seeds.max(0)
+        with_weather = ~arrays.weather_missing.all(axis=(1, 2))
         unknown = artifact.preprocessor.unknown_notes_by_row(features)
         new_agency = _new_agency_notes(artifact, features)
         for position, row in enumerate(rows):
-            found = [notes[row], *unknown[position], new_agency[position]]
+            weather_used[row] = bool(with_weather[position])
+            absent = "" if with_weather[position] else WEATHER_ABSENT_NOTE
+            found = [notes[row], absent, *unknown[position], new_agency[position]]
             notes[row] = "; ".join(filter(None, found))
         if top_tokens:
             names = (*artifact.preprocessor.inputs.names, *weather_token_names())
@@ -142,7 +152,7 @@ def score(artifact: ModelArtifact, request: pd.DataFrame, top_tokens: int = 0) -
             for position, row in enumerate(rows):
                 order = np.argsort(shares[position])[::-1][:top_tokens]
                 tokens[row] = [(names[i], float(shares[position, i])) for i in order]
-    return Scored(probability, low, high, errors, notes, tokens)
+    return Scored(probability, low, high, weather_used, errors, notes, tokens)
 
 
 def _new_agency_notes(artifact: ModelArtifact, features: pl.DataFrame) -> list[str]:
@@ -202,14 +212,17 @@ def _complete_windows(
     windows: pl.DataFrame,
     errors: list[str | None],
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """The rows whose window misses no more days than the model was trained with."""
+    """The rows whose window misses no more days than the model was trained with, or has no
+    weather at all (as an attempt on a peak without weather is trained: weather absent)."""
     allowed = int(artifact.preprocessor.extra.get("max_missing_days", 0))
     missing = windows.group_by("peakid").agg(pl.col("missing_days").max())
-    too_many = missing.filter(pl.col("missing_days") > allowed)
+    too_many = missing.filter(
+        (pl.col("missing_days") > allowed) & (pl.col("missing_days") < WINDOW_DAYS)
+    )
     for window_id, days in too_many.iter_rows():
         errors[int(window_id)] = (
             f"weather: {days} of 90 days missing (the model allows {allowed}); "
-            "send D-89 … D complete"
+            "send D-89 … D complete, or no weather at all for an answer without it"
         )
     bad = set(too_many["peakid"].to_list())
     return (

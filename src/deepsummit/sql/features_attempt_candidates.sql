@@ -1,8 +1,8 @@
 -- Every member row, joined to its expedition on (expedition id, year) (ids repeat after a
 -- century), to the expedition's details (agency, staff, base-camp date; may be absent) and to
 -- the expedition's peak; `reason` names why the row cannot be an attempt (first reason wins),
--- NULL where it may be one. The weather reasons are added later by
--- features_attempt_status.sql, once the windows exist. The columns are the attempt input of
+-- NULL where it may be one. The weather's part (`has_weather`, the incomplete-window reason)
+-- is added later by features_attempt_status.sql, once the windows exist. The columns are the attempt input of
 -- sql/features_tabular.sql plus the label; o2_planned is the expedition's oxygen plan, whose
 -- training proxy is o2used (see deepsummit/core/inputs.py).
 CREATE OR REPLACE TABLE attempt_candidates AS
@@ -29,6 +29,7 @@ SELECT
     m.oxygen_used,
     m.climber_id,
     m.success AS label,
+    NULL::BOOLEAN AS has_weather,  -- set by features_attempt_status.sql
     CASE
         WHEN e.expid IS NULL THEN 'no expedition match'
         WHEN e.smtdate IS NULL THEN 'no date'

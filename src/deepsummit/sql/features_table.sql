@@ -1,6 +1,7 @@
 -- The features table: the tabular features (registered as `tabular_frame`), the label from
--- `attempts`, the weather window key (peakid, smtdate, weather_source) and the time split by
--- expedition year, so every member of an expedition falls on the same side.
+-- `attempts`, the weather window key (peakid, smtdate, weather_source), whether the peak has
+-- weather from that source at all, and the time split by expedition year, so every member of
+-- an expedition falls on the same side.
 CREATE OR REPLACE TABLE features AS
 SELECT
     f.expid,
@@ -8,6 +9,7 @@ SELECT
     f.year,
     f.smtdate,
     f.weather_source,
+    a.has_weather,
     CASE
         WHEN f.year <= $train_until THEN 'train'
         WHEN f.year <= $validation_until THEN 'validation'

@@ -31,6 +31,8 @@ class Interval:
     high: float
 
     def render(self, digits: int = 3) -> str:
+        if np.isnan(self.estimate):
+            return "–"
         return f"{self.estimate:.{digits}f} [{self.low:.{digits}f}, {self.high:.{digits}f}]"
 
     def as_dict(self, name: str) -> dict[str, float]:
@@ -100,6 +102,8 @@ def weighted_ece(labels: np.ndarray, probabilities: np.ndarray, weights: np.ndar
 def interval(estimate: float, replicates: np.ndarray, level: float = LEVEL) -> Interval:
     """The estimate with the percentile interval of its bootstrap replicates."""
     tail = (1 - level) / 2 * 100
+    if np.isnan(replicates).all():  # nothing to resample (e.g. a group with no scored season)
+        return Interval(float(estimate), float("nan"), float("nan"))
     low, high = np.nanpercentile(replicates, [tail, 100 - tail])
     return Interval(float(estimate), float(low), float(high))
 

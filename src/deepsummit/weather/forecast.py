@@ -22,13 +22,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
-from zoneinfo import ZoneInfo
 
 import polars as pl
 
 from deepsummit.core.config import Settings, WeatherConfig
 from deepsummit.core.context import RunContext
 from deepsummit.core.errors import PipelineError, QuotaExhausted
+from deepsummit.core.planned import today
 from deepsummit.core.warehouse import connect, query
 from deepsummit.weather import ledger, openmeteo, store
 from deepsummit.weather.cost import DAY_S, RateLimiter
@@ -118,29 +118,47 @@ class ForecastReport:
         return "\n".join(lines)
 
 
-def forecast_locations(con: Any, peakids: list[str], config: WeatherConfig) -> dict[str, Location]:
-    """Each peak's location; a peak that is unknown or whose coordinates are not trusted is
-    one clear line."""
+def untrusted_peaks(con: Any, peakids: list[str]) -> dict[str, str]:
+    """The peaks of `peakids` that cannot have a summit forecast, each with its one-line reason
+    (an unknown peak id is an error)."""
     found = {
         row["peakid"]: row
         for row in query(con, "forecast_peaks", {"peakids": peakids}).iter_rows(named=True)
     }
-    locations = {}
+    reasons = {}
     for peakid in peakids:
         row = found.get(peakid)
         if row is None:
             raise PipelineError(f"unknown peak {peakid!r}: not in the warehouse's peaks table")
         if row["coord_source"] not in TRUSTED_COORDINATES:
-            raise PipelineError(
-                f"{peakid}: no trusted coordinates for a summit forecast (coord_source "
-                f"{row['coord_source']!r}; trusted: {', '.join(TRUSTED_COORDINATES)}); set "
-                "published coordinates in peaks.csv"
+            reasons[peakid] = (
+                f"{peakid}: no day-by-day outlook, there are no trusted coordinates for a "
+                f"summit forecast (coord_source {row['coord_source']!r}; trusted: "
+                f"{', '.join(TRUSTED_COORDINATES)})"
             )
+    return reasons
+
+
+def forecast_locations(con: Any, peakids: list[str], config: WeatherConfig) -> dict[str, Location]:
+    """Each peak's location; a peak that is unknown or whose coordinates are not trusted is
+    one clear line."""
+    untrusted = untrusted_peaks(con, peakids)
+    if untrusted:
+        first = next(iter(untrusted.values()))
+        raise PipelineError(
+            f"{first}; set published coordinates in peaks.csv, or ask with --without-weather "
+            "(outlook.without_weather) for the plan's P without weather"
+        )
+    rows = query(con, "forecast_peaks", {"peakids": peakids}).iter_rows(named=True)
+    locations = {}
+    for row in rows:
         elevation = float(row["heightm"]) if config.elevation == "peak" and row["heightm"] else None
         if config.elevation != "peak":
             elevation = float(config.elevation)
-        locations[peakid] = Location(peakid, row["latitude"], row["longitude"], elevation)
-    return locations
+        locations[row["peakid"]] = Location(
+            row["peakid"], row["latitude"], row["longitude"], elevation
+        )
+    return {peakid: locations[peakid] for peakid in peakids}
 
 
 def load_forecast(
@@ -161,10 +179,13 @@ def load_forecast(
     open_warehouse = partial(
         connect, settings.paths.warehouse, lock_timeout_s=settings.warehouse.lock_timeout_s
     )
-    today = dt.datetime.now(ZoneInfo(config.timezone)).date()
+    first_day = today(config.timezone)
     timing: dict[str, Any] = {k: v for k, v in (("sleep", sleep), ("clock", clock)) if v}
     with open_warehouse() as con:
         store.ensure_tables(con)
+        if settings.outlook.without_weather:  # the outlook answers those without weather
+            untrusted = untrusted_peaks(con, peakids)
+            peakids = [peakid for peakid in peakids if peakid not in untrusted]
         locations = forecast_locations(con, peakids, config)
         limiter = RateLimiter(config.limits, **timing)
         limiter.calls.extend(ledger.calls_since(con, config.api_url, limiter.clock() - DAY_S))
@@ -176,8 +197,8 @@ def load_forecast(
     )
     plan = [
         ForecastRequest(
-            start=today - dt.timedelta(days=forecast.past_days),
-            end=today + dt.timedelta(days=forecast.forecast_days - 1),
+            start=first_day - dt.timedelta(days=forecast.past_days),
+            end=first_day + dt.timedelta(days=forecast.forecast_days - 1),
             locations=(location,),
             past_days=forecast.past_days,
             forecast_days=forecast.forecast_days,
