@@ -99,7 +99,10 @@ class Stack:
     def wait_finished(self, flow_run_id: str, timeout_s: float = 600) -> dict[str, Any]:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            run = self.get(f"/flow_runs/{flow_run_id}")
+            try:
+                run = self.get(f"/flow_runs/{flow_run_id}")
+            except TimeoutError:  # a server busy writing two runs' logs: ask again
+                continue
             if run["state_type"] in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED"):
                 return run
             time.sleep(2)
