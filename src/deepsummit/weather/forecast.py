@@ -118,47 +118,55 @@ class ForecastReport:
         return "\n".join(lines)
 
 
-def untrusted_peaks(con: Any, peakids: list[str]) -> dict[str, str]:
-    """The peaks of `peakids` that cannot have a summit forecast, each with its one-line reason
-    (an unknown peak id is an error)."""
+def _forecast_peaks(con: Any, peakids: list[str]) -> dict[str, dict[str, Any]]:
+    """Each peak's row of sql/forecast_peaks.sql, in `peakids` order (an unknown peak id is an
+    error)."""
     found = {
         row["peakid"]: row
         for row in query(con, "forecast_peaks", {"peakids": peakids}).iter_rows(named=True)
     }
-    reasons = {}
     for peakid in peakids:
-        row = found.get(peakid)
-        if row is None:
+        if peakid not in found:
             raise PipelineError(f"unknown peak {peakid!r}: not in the warehouse's peaks table")
-        if row["coord_source"] not in TRUSTED_COORDINATES:
-            reasons[peakid] = (
-                f"{peakid}: no day-by-day outlook, there are no trusted coordinates for a "
-                f"summit forecast (coord_source {row['coord_source']!r}; trusted: "
-                f"{', '.join(TRUSTED_COORDINATES)})"
-            )
-    return reasons
+    return {peakid: found[peakid] for peakid in peakids}
+
+
+def _untrusted(rows: dict[str, dict[str, Any]]) -> dict[str, str]:
+    return {
+        peakid: (
+            f"{peakid}: no day-by-day outlook, there are no trusted coordinates for a summit "
+            f"forecast (coord_source {row['coord_source']!r}; trusted: "
+            f"{', '.join(TRUSTED_COORDINATES)})"
+        )
+        for peakid, row in rows.items()
+        if row["coord_source"] not in TRUSTED_COORDINATES
+    }
+
+
+def untrusted_peaks(con: Any, peakids: list[str]) -> dict[str, str]:
+    """The peaks of `peakids` that cannot have a summit forecast, each with its one-line reason
+    (an unknown peak id is an error)."""
+    return _untrusted(_forecast_peaks(con, peakids))
 
 
 def forecast_locations(con: Any, peakids: list[str], config: WeatherConfig) -> dict[str, Location]:
     """Each peak's location; a peak that is unknown or whose coordinates are not trusted is
     one clear line."""
-    untrusted = untrusted_peaks(con, peakids)
+    rows = _forecast_peaks(con, peakids)
+    untrusted = _untrusted(rows)
     if untrusted:
         first = next(iter(untrusted.values()))
         raise PipelineError(
             f"{first}; set published coordinates in peaks.csv, or ask with --without-weather "
             "(outlook.without_weather) for the plan's P without weather"
         )
-    rows = query(con, "forecast_peaks", {"peakids": peakids}).iter_rows(named=True)
     locations = {}
-    for row in rows:
+    for peakid, row in rows.items():
         elevation = float(row["heightm"]) if config.elevation == "peak" and row["heightm"] else None
         if config.elevation != "peak":
             elevation = float(config.elevation)
-        locations[row["peakid"]] = Location(
-            row["peakid"], row["latitude"], row["longitude"], elevation
-        )
-    return {peakid: locations[peakid] for peakid in peakids}
+        locations[peakid] = Location(peakid, row["latitude"], row["longitude"], elevation)
+    return locations
 
 
 def load_forecast(
