@@ -3,13 +3,18 @@ as plain functions on a warehouse of their own (no services; MLflow is a file st
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
+from typing import Any
 
-from deepsummit.core.config import Settings, load_settings
+from deepsummit.core.config import Settings, deep_merge, load_settings
 from deepsummit.core.context import RunContext
 from deepsummit.features.build import FeaturesReport, build_features
 from deepsummit.records.ingest import ingest_records
 from deepsummit.weather import load_weather
+
+# Where the benches that build the whole bundle keep it (and their cached folds) between runs.
+DEFAULT_BUNDLE = Path(tempfile.gettempdir()) / "deepsummit-bundle"
 
 
 def bundle_settings(directory: Path, profile: str = "cpu") -> Settings:
@@ -44,3 +49,22 @@ def bundle_features(directory: Path, profile: str = "cpu") -> tuple[Settings, Fe
     """The bundle's features snapshot for `profile`, built under `directory`."""
     settings = bundle_warehouse(directory, profile)
     return settings, build_features(settings, RunContext(settings.paths.runs_dir / "features"))
+
+
+def backtest_settings(
+    directory: Path,
+    profile: str = "cpu",
+    backtest: dict[str, Any] | None = None,
+    overrides: dict[str, Any] | None = None,
+) -> Settings:
+    """`profile` (plus nested `overrides`) for a backtest of the snapshot under `directory`,
+    built first when missing: the bundle's paths and features, folds cached under
+    `<directory>/backtest` (each under a key of the settings that train, so candidates never
+    share a fold)."""
+    base = bundle_settings(directory, profile)
+    if not (directory / "features").exists():
+        bundle_features(directory, profile)
+    paths = base.model_dump(mode="json", include={"paths", "features", "mlflow"})
+    paths["backtest"] = {"output_dir": str(directory / "backtest"), **(backtest or {})}
+    paths["train"] = {"checkpoint_dir": str(directory / "checkpoints")}
+    return load_settings(profile, deep_merge(paths, overrides or {}))

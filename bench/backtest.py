@@ -16,17 +16,15 @@ import logging
 import os
 import platform
 import shutil
-import tempfile
 import time
 from pathlib import Path
 
 import torch
-from _bundle import bundle_features, bundle_settings
+from _bundle import DEFAULT_BUNDLE, backtest_settings
 
 from deepsummit.backtest.report import markdown, write_report
 from deepsummit.backtest.run import run_backtest
 from deepsummit.contracts.snapshot import newest_features_dir
-from deepsummit.core.config import load_settings
 
 
 def main() -> None:
@@ -34,7 +32,7 @@ def main() -> None:
     parser.add_argument(
         "--bundle",
         type=Path,
-        default=Path(tempfile.gettempdir()) / "deepsummit-bundle",
+        default=DEFAULT_BUNDLE,
         help="working folder (default: %(default)s)",
     )
     parser.add_argument("--profile", default="cpu")
@@ -45,20 +43,13 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
 
-    base = bundle_settings(args.bundle, args.profile)
-    if not (args.bundle / "features").exists():
-        bundle_features(args.bundle, args.profile)
-    overrides = base.model_dump(mode="json", include={"paths", "features", "mlflow"})
-    backtest = {"output_dir": str(args.bundle / "backtest")}
-    if args.first:
-        backtest["first_test_year"] = args.first
-    if args.last:
-        backtest["last_test_year"] = args.last
-    overrides["backtest"] = backtest
-    overrides["train"] = {"checkpoint_dir": str(args.bundle / "checkpoints")}
-    if args.seeds:
-        overrides["train"]["seeds"] = args.seeds
-    settings = load_settings(args.profile, overrides)
+    folds = {"first_test_year": args.first, "last_test_year": args.last}
+    settings = backtest_settings(
+        args.bundle,
+        args.profile,
+        {k: v for k, v in folds.items() if v},
+        {"train": {"seeds": args.seeds}} if args.seeds else None,
+    )
     if args.fresh:
         shutil.rmtree(settings.backtest.output_dir, ignore_errors=True)
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
-from _bundle import bundle_features, bundle_settings
+from _bundle import DEFAULT_BUNDLE, bundle_features, bundle_settings
 
 from deepsummit.contracts.arrays import seed_logits
 from deepsummit.contracts.artifact import ModelArtifact
@@ -88,7 +88,7 @@ def main() -> None:
     parser.add_argument(
         "--bundle",
         type=Path,
-        default=Path(tempfile.gettempdir()) / "deepsummit-bundle",
+        default=DEFAULT_BUNDLE,
         help="working folder (default: %(default)s)",
     )
     parser.add_argument("--profile", default="cpu")

@@ -320,8 +320,8 @@ class TrainConfig(Section):
     warmup_fraction: float = 0.05
     grad_clip_norm: float = 1.0
     seed: int = 42
-    # The transformer is trained this many times, with seeds seed, seed + 1, …: the run reports
-    # their spread, registers the best by validation AUC, and serves the others as the band.
+    # The transformer is trained this many times, with seeds seed, seed + 1, …: the answer is
+    # the calibrated mean of their logits, the band their lowest and highest P.
     seeds: int = 3
     # Post-hoc calibration on the validation split (deepsummit/contracts/calibration.py).
     # Temperature: the one strictly monotone map that does not move the base rate, so the ranking of
