@@ -28,7 +28,7 @@ from deepsummit.backtest.push_days import summarise
 from deepsummit.backtest.run import HELD_OUT_KEYS, BacktestReport, run_backtest
 from deepsummit.backtest.seasons import season_table
 from deepsummit.contracts.snapshot import newest_features_dir
-from deepsummit.core.config import nested_overrides
+from deepsummit.core.config import BacktestConfig, nested_overrides
 from deepsummit.train.comparison import TRANSFORMER, difference_name
 
 # Each names its seed count, so that the table stays what it was when the profile's own changes.
@@ -72,12 +72,11 @@ def main() -> None:
     print(table(reports, settings.backtest))
 
 
-def table(reports: dict[str, BacktestReport], config: Any) -> str:
+def table(reports: dict[str, BacktestReport], config: BacktestConfig) -> str:
     names = tuple(reports)
     held_out = None
     for name, report in reports.items():
-        frame = pl.concat([o.held_out for o in report.folds if not o.skipped])
-        frame = frame.select(*HELD_OUT_KEYS, pl.col(TRANSFORMER).alias(name))
+        frame = report.held_out.select(*HELD_OUT_KEYS, pl.col(TRANSFORMER).alias(name))
         held_out = frame if held_out is None else held_out.join(frame, on=HELD_OUT_KEYS)
     seasons = season_table(held_out, names, config.min_season_rows, config.disaster_seasons)
     push_days = summarise(_paired_seasons(reports), names)

@@ -12,7 +12,7 @@ rate, mean P, and the ECE of
   cannot beat without knowing the year's mood.
 The same three for the newest `backtest.newest_folds` years pooled, as the backtest judges maps.
 
-    .venv/bin/python bench/calibration_drift.py [--bundle /tmp/deepsummit-bundle]
+    .venv/bin/python bench/calibration_drift.py [--bundle /tmp/deepsummit-bundle] [--seeds 3]
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ import numpy as np
 import polars as pl
 from _bundle import DEFAULT_BUNDLE, backtest_settings
 from scipy.optimize import minimize_scalar
+from scipy.special import expit
+from sklearn.metrics import log_loss
 
 from deepsummit.backtest.run import run_backtest
 from deepsummit.contracts.snapshot import newest_features_dir
@@ -33,18 +35,14 @@ from deepsummit.train.evaluation import expected_calibration_error
 RAW = f"raw_{TRANSFORMER}"
 
 
-def _sigmoid(z: np.ndarray) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-z))
-
-
 def best_offset(logits: np.ndarray, labels: np.ndarray) -> float:
     """The b minimising the log loss of σ(z + b): moves the base rate, keeps the ranking."""
-
-    def log_loss(b: float) -> float:
-        p = np.clip(_sigmoid(logits + b), 1e-12, 1 - 1e-12)
-        return float(-np.mean(labels * np.log(p) + (1 - labels) * np.log(1 - p)))
-
-    return float(minimize_scalar(log_loss, bounds=(-5.0, 5.0), method="bounded").x)
+    fit = minimize_scalar(
+        lambda b: log_loss(labels, expit(logits + b), labels=[0, 1]),
+        bounds=(-5.0, 5.0),
+        method="bounded",
+    )
+    return float(fit.x)
 
 
 def _parts(frame: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -62,9 +60,9 @@ def row(name: str, judged: pl.DataFrame, held_out: pl.DataFrame) -> str:
         b_before = best_offset(*_parts(before)) if before.height else 0.0
         shifted_before[rows] = z[rows] + b_before
         shifted_own[rows] = z[rows] + best_offset(z[rows], y[rows])
-    eces = [expected_calibration_error(y, _sigmoid(v)) for v in (z, shifted_before, shifted_own)]
+    eces = [expected_calibration_error(y, expit(v)) for v in (z, shifted_before, shifted_own)]
     return (
-        f"| {name} | {len(y):,} | {y.mean():.3f} | {_sigmoid(z).mean():.3f} | "
+        f"| {name} | {len(y):,} | {y.mean():.3f} | {expit(z).mean():.3f} | "
         + " | ".join(f"{e:.3f}" for e in eces)
         + " |"
     )
@@ -74,11 +72,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bundle", type=Path, default=DEFAULT_BUNDLE)
     parser.add_argument("--profile", default="cpu")
+    parser.add_argument("--seeds", type=int, help="transformer seeds (default: the profile's)")
     args = parser.parse_args()
 
-    settings = backtest_settings(args.bundle, args.profile)
+    seeds = {"train": {"seeds": args.seeds}} if args.seeds else None
+    settings = backtest_settings(args.bundle, args.profile, overrides=seeds)
     report = run_backtest(settings, newest_features_dir(settings.features.features_dir))
-    held_out = pl.concat([o.held_out for o in report.folds if not o.skipped]).sort("year")
+    held_out = report.held_out.sort("year")
     years = held_out["year"].unique().sort().to_list()
     newest = years[-settings.backtest.newest_folds :]
     print(

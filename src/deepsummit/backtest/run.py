@@ -84,6 +84,7 @@ class FoldOutcome:
 class BacktestReport:
     directory: Path
     folds: tuple[FoldOutcome, ...]
+    held_out: pl.DataFrame  # every trained fold's test rows, as FoldOutcome.held_out
     seasons: SeasonTable
     groups: dict[str, SeasonTable]  # the same table for each peak group's held-out rows
     calibration: CalibrationChoice
@@ -347,6 +348,7 @@ def _report(
     return BacktestReport(
         directory=directory,
         folds=outcomes,
+        held_out=held_out,
         seasons=table,
         groups=groups,
         calibration=calibration,
