@@ -1,4 +1,5 @@
-"""Attempts: every member row becomes an attempt or is counted under one reason."""
+"""Attempts: every record with an outcome (a member row, or a climbing member an expedition
+without member rows counts) becomes an attempt or is counted under one reason."""
 
 from __future__ import annotations
 
@@ -18,7 +19,13 @@ from features_tables import (
 )
 
 from deepsummit.core.inputs import WEATHER_TOKENS
-from deepsummit.features.attempts import EXCLUSION_REASONS, build_attempts, exclusion_counts
+from deepsummit.features.attempts import (
+    EXCLUSION_REASONS,
+    build_attempts,
+    exclusion_counts,
+    newest_dated_year,
+)
+from deepsummit.features.tabular import build_history
 
 pytest_plugins = ["features_fixtures"]
 
@@ -27,7 +34,7 @@ SPLIT = {"train_until": 2009, "validation_until": 2010, "test_until": 2011}
 
 @pytest.fixture
 def world(tmp_path: Path) -> Path:
-    """One expedition per way of (not) becoming an attempt."""
+    """One expedition per way of (not) becoming an attempt; the weather of PEAK starts in 2009."""
     path = tmp_path / "w.duckdb"
     con = duckdb.connect(str(path))
     create_contract_tables(con)
@@ -46,6 +53,11 @@ def world(tmp_path: Path) -> Path:
             expedition("E4", 2010, peakid="DRY"),  # no weather for this peak
             expedition("E5", 2011),  # 2 days missing in its 90-day window
             expedition("E6", 2012),  # after the last split year
+            expedition("E0", 2005),  # before the weather source's first day: weather absent
+            # No member rows: its 3 climbing members are attempts, the first 2 summiting.
+            expedition("X1", 2011, totmembers=3, smtmembers=2, smtdate=dt.date(2011, 4, 20)),
+            expedition("X2", 2011, totmembers=2, smtmembers=0, smtdate=None),  # no date
+            expedition("X3", 2011, totmembers=0, smtmembers=0),  # counts nobody
         ],
     )
     insert(
@@ -60,6 +72,7 @@ def world(tmp_path: Path) -> Path:
             member("E4", 1, 2010),
             *[member("E5", n, 2011) for n in (1, 2, 3)],
             member("E6", 1, 2012),
+            member("E0", 1, 2005),
             member("NOEXP", 1, 2010),  # no such expedition
         ],
     )
@@ -71,7 +84,8 @@ def _build(tmp_path: Path, warehouse: Path, **features: object) -> tuple[list[st
     settings = settings_for(tmp_path, warehouse, split=SPLIT, **features)
     con = duckdb.connect(str(warehouse))
     try:
-        build_attempts(con, settings.features, settings.weather.source)
+        build_history(con)
+        build_attempts(con, settings.features, settings.weather.source, SPLIT["test_until"])
         attempts = sorted(r[0] for r in con.execute("SELECT member_id FROM attempts").fetchall())
         windows = con.execute("SELECT count(*) FROM weather_windows").fetchall()[0][0]
         return attempts, exclusion_counts(con), windows
@@ -79,23 +93,49 @@ def _build(tmp_path: Path, warehouse: Path, **features: object) -> tuple[list[st
         con.close()
 
 
-def test_every_member_row_is_an_attempt_or_counted_under_its_first_reason(
+def test_every_record_is_an_attempt_or_counted_under_its_first_reason(
     world: Path, tmp_path: Path
 ) -> None:
     attempts, excluded, windows = _build(tmp_path, world)
-    # E4 is on a peak without weather: an attempt all the same, its weather absent
-    assert attempts == ["E1-01", "E1-02", "E4-01"]
+    # E4 is on a peak without weather, E0 before the source's first day: attempts all the same,
+    # their weather absent. X1 counts 3 climbing members.
+    assert attempts == [
+        "E0-01", "E1-01", "E1-02", "E4-01", "X1-climber01", "X1-climber02", "X1-climber03",
+    ]  # fmt: skip
     assert excluded == {
         "no expedition match": 1,
-        "no date": 2,
+        "no date": 2 + 2,  # E1 of 1910 and E2; X2's two climbing members
         "unknown peak": 1,
         "window incomplete": 3,
         "after the test years": 1,
     }
     assert list(excluded) == [r for r in EXCLUSION_REASONS if r in excluded]
-    assert len(attempts) + sum(excluded.values()) == 11  # member rows
-    # one window per (peak, date) however many members share it: E1, E4, E5 and E6
-    assert windows == 4 * WEATHER_TOKENS
+    # 12 member rows + 5 climbing members the expedition records without member rows count
+    assert len(attempts) + sum(excluded.values()) == 12 + 5
+    # one window per (peak, date) however many members share it: E0, E1, E4, E5, E6 and X1
+    assert windows == 6 * WEATHER_TOKENS
+
+
+def test_an_expedition_without_member_rows_counts_its_climbing_members(
+    world: Path, tmp_path: Path
+) -> None:
+    """Its members are what the record says: totmembers of them, smtmembers summiting, not
+    hired (the count leaves hired staff out); who they were is missing, never invented."""
+    _build(tmp_path, world)
+    with duckdb.connect(str(world), read_only=True) as con:
+        rows = con.execute(
+            "SELECT record, label, hired, sex, age, citizenship, expedition_role, climber_id "
+            "FROM attempts WHERE expid = 'X1' ORDER BY member_id"
+        ).fetchall()
+        records = dict(
+            con.execute("SELECT record, count(*) FROM attempt_exclusions GROUP BY ALL").fetchall()
+        )
+    assert rows == [
+        ("expedition", True, False, None, None, None, None, None),
+        ("expedition", True, False, None, None, None, None, None),
+        ("expedition", False, False, None, None, None, None, None),
+    ]
+    assert records == {"member": 5, "expedition": 1}  # X2's two, under "no date"
 
 
 def test_a_peak_without_weather_keeps_its_attempts_with_the_weather_absent(
@@ -111,14 +151,14 @@ def test_a_peak_without_weather_keeps_its_attempts_with_the_weather_absent(
             "SELECT count(*) FROM weather_windows WHERE peakid = 'DRY' "
             "AND temperature_2m_mean IS NOT NULL"
         ).fetchall()
-    assert flags == {"E1": True, "E4": False}
+    assert flags == {"E0": False, "E1": True, "E4": False, "X1": True}
     assert absent == [(90,)]  # every day of its window missing: never a borrowed series
     assert values == [(0,)]
 
 
 def test_max_missing_days_lets_a_gappy_window_through(world: Path, tmp_path: Path) -> None:
     attempts, excluded, _ = _build(tmp_path, world, max_missing_days=2)
-    assert attempts == ["E1-01", "E1-02", "E4-01", "E5-01", "E5-02", "E5-03"]
+    assert [a for a in attempts if a.startswith("E5")] == ["E5-01", "E5-02", "E5-03"]
     assert "window incomplete" not in excluded
 
 
@@ -129,25 +169,45 @@ def test_a_rebuild_replaces_and_never_duplicates(world: Path, tmp_path: Path) ->
 def test_bundle_attempts_match_the_data_readme(bundle_copy: Path, tmp_path: Path) -> None:
     settings = settings_for(tmp_path, bundle_copy)
     con = duckdb.connect(str(bundle_copy))
-    build_attempts(con, settings.features, settings.weather.source)
-    with_weather, without_weather, peaks_without = con.execute(
-        "SELECT count(*) FILTER (WHERE has_weather), count(*) FILTER (WHERE NOT has_weather), "
-        "count(DISTINCT peakid) FILTER (WHERE NOT has_weather) FROM attempts"
-    ).fetchall()[0]
+    build_history(con)
+    newest = newest_dated_year(con)
+    build_attempts(con, settings.features, settings.weather.source, newest)
+    counts = dict(
+        ((record, weather), (rows, peaks))
+        for record, weather, rows, peaks in con.execute(
+            "SELECT record, has_weather, count(*), count(DISTINCT peakid) FROM attempts "
+            "GROUP BY ALL"
+        ).fetchall()
+    )
     windows, complete = con.execute(
         "SELECT count(DISTINCT (peakid, date)), "
         "count(DISTINCT (peakid, date)) FILTER (WHERE missing_days = 0) FROM weather_windows "
-        "WHERE peakid IN (SELECT peakid FROM weather_daily)"
+        "WHERE peakid IN (SELECT peakid FROM weather_daily) AND (peakid, date) IN "
+        "(SELECT (peakid, smtdate) FROM attempt_candidates WHERE record = 'member')"
     ).fetchall()[0]
+    by_record = dict(
+        con.execute("SELECT record, sum(members) FROM attempt_exclusions GROUP BY ALL").fetchall()
+    )
     excluded = exclusion_counts(con)
     con.close()
     # data/README.md section 6: 75,929 of 76,519 member rows match an expedition, 2,591 of them
     # without smtdate; 2,827 (peak, smtdate) pairs on the eight weather peaks, 2,783 with
     # complete windows; 44,463 member rows have weather on their expedition's smtdate. The
-    # 28,411 member rows on the 346 other peaks with a date are attempts without weather.
-    assert excluded["no expedition match"] == 76_519 - 75_929
-    assert excluded["no date"] == 2_591
-    assert (windows, complete) == (2_827, 2_783)
-    assert with_weather == 44_463
-    assert (without_weather, peaks_without) == (28_411, 346)
-    assert with_weather + without_weather + sum(excluded.values()) == 76_519
+    # fixture leaves out, as the records stage quarantines them, 7 expeditions whose date lies
+    # outside their season: 43 member rows, 4 of them (ANN115402, 2015) with weather.
+    assert newest == 2025
+    assert excluded["no expedition match"] == 76_519 - 75_929 + 43
+    assert excluded["no date"] == 2_591 + by_record["expedition"] - excluded["window incomplete"]
+    # Of the 7, EVER 1921, KANG 1929 (no day of weather) and ANN1 2016 (complete) on weather peaks.
+    assert (windows, complete) == (2_827 - 3, 2_783 - 1)
+    assert counts["member", True] == (44_463 - 4, 8)
+    # On the 346 peaks without weather, and the 437 members of windows the archive has no day
+    # of (before 1940, the gaps of EVER 1945-49 and MAKA 1990-94): their weather is absent.
+    assert counts["member", False][0] == 28_411 + 437 - (43 - 4 - 27)
+    # 1,139 expeditions of 2020-2025 and 244 earlier ones have no member rows: 10,838
+    # climbing members counted, 10,074 of them with a date (data/README.md section 2).
+    expedition_attempts = counts["expedition", True][0] + counts["expedition", False][0]
+    assert expedition_attempts + by_record["expedition"] == 10_838
+    assert counts["expedition", True][1] == 8  # 2019-2024 on the archive's peaks
+    members = sum(rows for (record, _), (rows, _) in counts.items() if record == "member")
+    assert members + by_record["member"] == 76_519

@@ -12,6 +12,7 @@ import pytest
 from features_tables import settings_for
 
 from deepsummit.contracts.snapshot import PREPROCESSING_FILE, load_features, newest_features_dir
+from deepsummit.core.config import SplitYears
 from deepsummit.core.context import RunContext
 from deepsummit.core.errors import PipelineError
 from deepsummit.core.inputs import OUTCOME_COLUMNS, RARE_FOLDS
@@ -35,18 +36,27 @@ def test_bundle_build_reports_the_split_table(built) -> None:
     print(text)
     for word in ("train", "validation", "test", "window incomplete", report.digest[:12]):
         assert word in text
-    # data/README.md: 44,463 member rows have weather on their smtdate; every window of them
-    # is complete, and members end in 2019 (inside the test years). The 28,411 member rows
-    # with a date on the other peaks are attempts too, their weather absent.
-    assert report.rows == sum(s.attempts for s in report.splits.values()) == 44_463 + 28_411
-    assert report.members == 76_519 == report.rows + sum(report.excluded.values())
+    # Every dated record with an outcome is an attempt (tests/features/test_attempts.py counts
+    # them): 73,295 member rows and 10,074 climbing members of expeditions without member rows.
+    assert report.rows == sum(s.attempts for s in report.splits.values()) == 73_295 + 10_074
+    assert (report.member_rows, report.expedition_members) == (76_519, 10_838)
+    assert report.member_rows + report.expedition_members == report.rows + sum(
+        report.excluded.values()
+    )
+    assert "76,519 member rows + 10,838 members counted by expedition records" in text
+    # The split counts back from the newest year with a dated record: 2025.
+    assert {name: s.years for name, s in report.splits.items()} == {
+        "train": "<= 2020", "validation": "2021-2022", "test": "2023-2025",
+    }  # fmt: skip
     assert all(s.attempts > 1000 for s in report.splits.values())
     assert all(0.05 < s.label_rate < 0.95 for s in report.splits.values())
 
 
 def test_split_by_year_keeps_expeditions_whole_and_no_outcome_column(built) -> None:
-    settings, _, features = built
-    split = settings.features.split
+    _, report, features = built
+    _, preprocessor = load_features(report.directory)
+    split = SplitYears(**preprocessor.extra["split"])
+    assert split == SplitYears(2020, 2022, 2025)
     years = features.group_by("split").agg(
         pl.col("year").min().alias("first"), pl.col("year").max().alias("last")
     )
@@ -90,9 +100,10 @@ def test_statistics_and_vocabularies_ignore_the_test_split(
 ) -> None:
     _, report, _ = built
     with duckdb.connect(str(bundle_copy)) as con:
+        # The validation and test years (2021-2025): new routes, and the outcomes turned over.
         con.execute(
-            "UPDATE members SET age = age + 20, citizenship = 'Atlantis' "
-            "WHERE year >= 2016 AND peakid IN ('EVER', 'CHOY')"
+            "UPDATE expeditions SET route1 = 'Atlantis', smtmembers = totmembers - smtmembers "
+            "WHERE year > 2020"
         )
     changed = build_features(settings_for(tmp_path, bundle_copy), RunContext(tmp_path / "run"))
     assert changed.digest != report.digest  # the test rows did change

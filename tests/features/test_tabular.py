@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 
 import duckdb
@@ -213,3 +214,51 @@ def test_changing_later_outcomes_moves_no_earlier_feature(bundle_copy: Path) -> 
     assert before.filter(up_to).height > 1000
     assert_frame_equal(before.filter(up_to), after.filter(up_to))
     assert not before.filter(~up_to).equals(after.filter(~up_to))
+
+
+def test_the_calendar_inputs_place_the_push_day_in_the_year_and_in_its_season(history) -> None:
+    rows = [
+        planned("E09", 1, 2009, season="Spring", smtdate=dt.date(2009, 5, 20)),
+        planned("E09", 2, 2009, season="Spring", smtdate=dt.date(2009, 2, 25)),  # before it opens
+        planned("W", 1, 2009, season="Winter", smtdate=dt.date(2010, 1, 15)),  # into the next year
+        planned("A", 1, 2012, season="Autumn", smtdate=dt.date(2012, 12, 31)),  # a leap year
+    ]
+    features = attempt_features(history, frame(rows), K).sort("expid", "member_id")
+    assert features.select("expid", "day_of_year", "days_in_season").rows() == [
+        ("A", 366.0, 121.0),  # 1 September → 31 December
+        ("E09", 140.0, 80.0),  # 1 March → 20 May
+        ("E09", 56.0, -4.0),
+        ("W", 15.0, 45.0),  # 1 December 2009 → 15 January 2010
+    ]
+
+
+def test_rates_count_climbing_members_and_the_members_expedition_records_count(
+    tmp_path: Path,
+) -> None:
+    """Hired staff do not count in a success rate (an expedition record counts none); an
+    expedition without member rows counts its climbing members."""
+    con = duckdb.connect(str(tmp_path / "w.duckdb"))
+    create_contract_tables(con)
+    insert(con, "peaks", [peak("PEAK")])
+    insert(
+        con,
+        "expeditions",
+        [
+            expedition("M08", 2008),  # member rows: 2 climbers (1 summits), 2 hired (both)
+            expedition("X08", 2008, totmembers=4, smtmembers=3),  # no member rows
+        ],
+    )
+    insert(
+        con,
+        "members",
+        [
+            member("M08", 1, 2008, success=True),
+            member("M08", 2, 2008, success=False),
+            *[member("M08", n, 2008, hired=True, success=True) for n in (3, 4)],
+        ],
+    )
+    build_history(con)
+    features = attempt_features(con, frame([planned("NEXT", 1, 2009)]), K)
+    con.close()
+    prior = (1 + 3) / (2 + 4)  # climbing members only: M08's 1 of 2 and X08's 3 of 4
+    assert features["peak_success_rate"][0] == pytest.approx((4 + K * prior) / (6 + K))

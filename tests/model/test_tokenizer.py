@@ -1,6 +1,11 @@
 import torch
 
-from deepsummit.model.tokenizer import TabularTokenizer, WeatherTokenizer
+from deepsummit.model.tokenizer import (
+    PiecewiseLinearEncoding,
+    TabularTokenizer,
+    WeatherTokenizer,
+    quantile_bin_edges,
+)
 
 TABULAR_KEYS = ("numeric", "numeric_missing", "categorical", "binary", "binary_missing")
 WEATHER_KEYS = ("weather", "weather_missing", "days_before", "day_of_year")
@@ -22,25 +27,31 @@ def test_tabular_tokens_shape_and_per_feature_values(small_config, make_batch):
 
     numeric, numeric_missing = batch["numeric"], batch["numeric_missing"]
     for i in range(small_config.n_numeric):
-        linear = tokenizer.numeric[i]
-        present = numeric[:, i : i + 1] * linear.weight.T + linear.bias  # Linear(1, H)
+        # Linear_i(1, H): x_i · w_i + b_i
+        present = numeric[:, i : i + 1] * tokenizer.numeric_weight[i, 0] + tokenizer.numeric_bias[i]
         expected = torch.where(numeric_missing[:, i : i + 1], tokenizer.numeric_missing[i], present)
         torch.testing.assert_close(tokens[:, i], expected)
-    for i, embed in enumerate(tokenizer.categorical):
-        torch.testing.assert_close(tokens[:, 8 + i], embed.weight[batch["categorical"][:, i]])
-    for i, embed in enumerate(tokenizer.binary):
-        present = embed.weight[batch["binary"][:, i]]
+    for i, table in enumerate(feature_tables(tokenizer, small_config)[:6]):
+        torch.testing.assert_close(tokens[:, 8 + i], table[batch["categorical"][:, i]])
+    for i, table in enumerate(feature_tables(tokenizer, small_config)[6:]):
+        present = table[batch["binary"][:, i]]
         expected = torch.where(
             batch["binary_missing"][:, i : i + 1], tokenizer.binary_missing[i], present
         )
         torch.testing.assert_close(tokens[:, 14 + i], expected)
 
 
+def feature_tables(tokenizer, config) -> list[torch.Tensor]:
+    """Each categorical and binary feature's own embedding: its slice of the shared table."""
+    sizes = (*config.categorical_cardinalities, *(2,) * config.n_binary)
+    return list(tokenizer.embedding.weight.split(sizes))
+
+
 def test_tabular_vocabularies_and_unknown_index(small_config):
     tokenizer = TabularTokenizer(small_config)
-    sizes = tuple(embed.num_embeddings for embed in tokenizer.categorical)
-    assert sizes == small_config.categorical_cardinalities
-    assert all(embed.num_embeddings == 2 for embed in tokenizer.binary)
+    sizes = [len(table) for table in feature_tables(tokenizer, small_config)]
+    assert sizes == [*small_config.categorical_cardinalities, *(2,) * small_config.n_binary]
+    assert tokenizer.offsets.tolist() == [0, 7, 12, 15, 20, 24, 30, 32, 34, 36, 38, 40]
 
 
 def test_missing_numeric_and_binary_ignore_the_raw_value(small_config, make_batch):
@@ -64,8 +75,48 @@ def test_missing_numeric_gives_no_gradient_to_its_linear(small_config, make_batc
     batch = make_batch(small_config, 4)
     batch["numeric_missing"][:, 0] = True
     tokenizer(*tabular_inputs(batch)).sum().backward()
-    assert torch.count_nonzero(tokenizer.numeric[0].weight.grad) == 0
+    assert torch.count_nonzero(tokenizer.numeric_weight.grad[0]) == 0
+    assert torch.count_nonzero(tokenizer.numeric_weight.grad[1]) > 0
     assert torch.count_nonzero(tokenizer.numeric_missing.grad[0]) > 0
+
+
+def test_piecewise_linear_encoding_matches_its_definition():
+    """e_t = (x − b_{t−1}) / (b_t − b_{t−1}) clipped to [0, 1]; the first bin open below, the
+    last open above; a feature with fewer bins has zeros in the rest."""
+    encoding = PiecewiseLinearEncoding(((0.0, 1.0, 3.0), (-1.0, 1.0)))
+    x = torch.tensor([[-1.0, 0.0], [0.5, 3.0], [2.0, -3.0], [5.0, 1.0]])  # (B, N_num)
+    expected = torch.tensor(
+        [
+            [[-1.0, 0.0], [0.5, 0.0]],  # below b_0: the first bin goes negative
+            [[0.5, 0.0], [2.0, 0.0]],  # above the second feature's last edge: > 1
+            [[1.0, 0.5], [-1.0, 0.0]],
+            [[1.0, 2.0], [1.0, 0.0]],  # above the first feature's last edge: > 1
+        ]
+    )
+    torch.testing.assert_close(encoding(x), expected)
+
+
+def test_quantile_bin_edges_are_distinct_quantiles_of_the_present_values():
+    values = torch.tensor([[0.0, 5.0], [1.0, 5.0], [2.0, 5.0], [3.0, 5.0], [100.0, 7.0]])
+    missing = torch.tensor([[False, False]] * 4 + [[True, True]])  # 100 and 7 are missing
+    edges = quantile_bin_edges(values, missing, bins=3)
+    assert edges[0] == (0.0, 1.0, 2.0, 3.0)
+    assert edges[1] == (-1.0, 1.0)  # one distinct value: a single, neutral bin
+
+
+def test_piecewise_numeric_tokens_are_ple_times_each_features_weights(small_config, make_batch):
+    from dataclasses import replace
+
+    edges = tuple((-1.0, 0.0, 1.0) for _ in range(small_config.n_numeric))
+    config = replace(small_config, numeric_embedding="piecewise", numeric_bin_edges=edges)
+    tokenizer = TabularTokenizer(config)
+    batch = make_batch(config, 4)
+    batch["numeric_missing"][:] = False
+    tokens = tokenizer(*tabular_inputs(batch))
+    encoded = tokenizer.piecewise(batch["numeric"])  # (B, N_num, T)
+    for i in range(config.n_numeric):
+        expected = encoded[:, i] @ tokenizer.numeric_weight[i] + tokenizer.numeric_bias[i]
+        torch.testing.assert_close(tokens[:, i], expected)
 
 
 def test_weather_tokens_shape_and_formula(small_config, make_batch):

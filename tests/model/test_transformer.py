@@ -17,12 +17,13 @@ def test_logits_and_intermediate_shapes(small_config, make_batch):
     logits = model(**batch)
     logits_again, attention = model(**batch, return_attention=True)
 
-    assert logits.shape == (5,)
+    assert logits.shape == (5, 1)  # (B, k): one member, the spec's single network
     torch.testing.assert_close(logits_again, logits, atol=1e-5, rtol=1e-5)
     assert len(attention) == small_config.num_layers
-    for weights in attention:
+    for weights in attention[:-1]:
         assert weights.shape == (5, 2, 47, 47)  # (B, n_h, S, S)
         torch.testing.assert_close(weights.sum(-1), torch.ones(5, 2, 47))
+    assert attention[-1].shape == (5, 2, 1, 47)  # the last block: CLS's row
     assert model.modality.ids.tolist() == [0] + [1] * 20 + [2] * 7 + [3] * 10 + [4] * 9
 
 
@@ -163,3 +164,34 @@ def test_cuda_forward_backward_under_bf16_autocast(small_config, make_batch):
         cpu_model.load_state_dict(model.state_dict())
         cpu_logits = cpu_model(**{key: value.cpu() for key, value in batch.items()})
         torch.testing.assert_close(model(**batch).cpu(), cpu_logits, atol=1e-4, rtol=1e-4)
+
+
+def test_a_batch_without_weather_skips_its_positions_for_the_same_logits(small_config, make_batch):
+    """No row with any weather: the encoder runs on CLS and the tabular tokens alone, and the
+    logits are those of the full sequence with every weather key masked."""
+    torch.manual_seed(0)
+    model = DeepSummitTransformer(small_config).eval()
+    batch = make_batch(small_config, 4)
+    batch["weather_missing"][:] = True
+    captured = {}
+    model.encoder.register_forward_hook(lambda _m, args, _o: captured.update(sequence=args[0]))
+
+    short = model(**batch)
+    assert captured["sequence"].shape == (4, 1 + small_config.n_tabular_tokens, 16)
+    full, _ = model(**batch, return_attention=True)  # the full sequence, weather masked
+    assert captured["sequence"].shape == (4, 47, 16)
+    torch.testing.assert_close(short, full, atol=1e-6, rtol=1e-5)
+
+
+def test_ensemble_members_answer_apart_and_learn_apart(small_config, make_batch):
+    torch.manual_seed(0)
+    config = dataclasses.replace(small_config, ensemble_size=4, ensemble_layers=1)
+    model = DeepSummitTransformer(config).train()
+    batch = make_batch(config, 6)
+    logits = model(**batch)
+    assert logits.shape == (6, 4)  # (B, k)
+    assert logits.std(dim=1).min() > 0  # the members differ from the first step
+    logits[:, 2].sum().backward()  # member 2's loss moves member 2's adapters only
+    last = model.encoder.blocks[-1].ffn.gate_proj
+    assert torch.count_nonzero(last.output_scale.grad[2]) > 0
+    assert torch.count_nonzero(last.output_scale.grad[[0, 1, 3]]) == 0

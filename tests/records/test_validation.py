@@ -103,9 +103,33 @@ def test_impossible_calendar_date() -> None:
     ]
 
 
-def test_summit_date_outside_the_expedition_year() -> None:
-    change = {"expid": "EVER19102", "smtdate": "2017-05-01"}
-    assert reasons("expeditions", GOOD_EXPEDITION, change)[0].startswith("smtdate not in")
+@pytest.mark.parametrize(
+    ("season", "smtdate", "inside"),
+    [
+        ("Spring", "2017-05-01", False),  # another year
+        ("Spring", "2019-06-25", True),  # a month's slack after the season's three
+        ("Spring", "2019-09-24", False),  # the 1921 Everest reconnaissance's kind of record
+        ("Autumn", "2019-05-20", False),
+        ("Winter", "2020-01-16", True),  # Winter 2019 runs from December into 2020
+        ("Winter", "2019-01-16", False),  # before Winter 2019 opened
+        ("Winter", "2020-12-14", False),  # a year late
+    ],
+)
+def test_summit_date_outside_its_season(season: str, smtdate: str, inside: bool) -> None:
+    change = {"expid": "EVER19102", "season": season, "smtdate": smtdate}
+    if inside:
+        split = validate_table(frame(GOOD_EXPEDITION, change), "expeditions")
+        assert split.clean["_row"].to_list() == [1, 2]
+    else:
+        found = reasons("expeditions", GOOD_EXPEDITION, change)
+        assert found[0].startswith("smtdate outside its season")
+
+
+def test_more_summiters_than_climbing_members() -> None:
+    change = {"expid": "EVER19102", "totmembers": "3", "smtmembers": "4"}
+    assert reasons("expeditions", GOOD_EXPEDITION, change) == [
+        "smtmembers > totmembers: more summiters than climbing members"
+    ]
 
 
 def test_unknown_peak_id_when_peaks_are_known() -> None:
@@ -203,7 +227,10 @@ INTEGER_MAX = 2**31 - 1  # the warehouse's INTEGER columns
     ("change", "reason"),
     [
         ({"totmembers": "3000000000"}, "totmembers = 3000000000: in_range(0, 999)"),
-        ({"smtmembers": "1000"}, "smtmembers = 1000: in_range(0, 999)"),
+        (
+            {"totmembers": "1000", "smtmembers": "1000"},
+            "totmembers = 1000: in_range(0, 999); smtmembers = 1000: in_range(0, 999)",
+        ),
         ({"camps": "100"}, "camps = 100: in_range(0, 99)"),
         ({"camps": "1e30"}, "camps = '1e30': integer out of range"),
         ({"highpoint": "-1e300"}, "highpoint = '-1e300': integer out of range"),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 from sklearn.metrics import roc_auc_score
 from sklearn.preprocessing import OneHotEncoder
@@ -25,14 +27,29 @@ def test_design_matrices_carry_every_input_and_mark_missing_values() -> None:
     np.testing.assert_array_equal(np.isnan(tree[:, 14:20]), arrays.binary_missing)
 
 
-def test_both_baselines_learn_the_signal_on_the_same_split() -> None:
+def test_every_baseline_learns_the_signal_on_the_same_split() -> None:
     train, validation, test = (
         synthetic_arrays(n, seed) for n, seed in ((800, 1), (300, 2), (300, 3))
     )
     results = run_baselines(train, validation, test, CARDINALITIES, seed=0, num_threads=1)
-    assert [r.name for r in results] == ["logistic regression", "LightGBM"]
+    assert [r.name for r in results] == ["logistic regression", "LightGBM", "CatBoost"]
     for result in results:
         assert result.test.shape == (len(test),)
         assert result.validation.shape == (len(validation),)
         assert roc_auc_score(test.label, result.test) > 0.75, result.name
         assert result.train_seconds > 0 and result.predict_seconds_per_1000 > 0
+
+
+def test_every_baseline_reads_the_rows_weights() -> None:
+    """A row weighted zero teaches nothing: weighing every row with label 1 down to zero leaves
+    each model unable to tell that class apart (its training set is one class in effect)."""
+    train, validation, test = (
+        synthetic_arrays(n, seed) for n, seed in ((800, 1), (300, 2), (300, 3))
+    )
+    flipped = dataclasses.replace(
+        train, weight=np.where(train.label == 1, 1e-6, 1.0).astype(np.float32)
+    )
+    plain = run_baselines(train, validation, test, CARDINALITIES, seed=0, num_threads=1)
+    weighted = run_baselines(flipped, validation, test, CARDINALITIES, seed=0, num_threads=1)
+    for before, after in zip(plain, weighted, strict=True):
+        assert after.test.mean() < 0.5 * before.test.mean(), before.name

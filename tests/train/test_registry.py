@@ -1,5 +1,6 @@
-"""MLflow logging of a training run, the champion gate (beyond noise only, on the same test
-rows, never a model reading post-climb inputs), and the digest check before a version loads."""
+"""MLflow logging of a training run, the refit it registers, the champion gate (recipes compared
+beyond noise only, on the rows both held out, never a model reading post-climb inputs), and the
+digest check before a version loads."""
 
 from __future__ import annotations
 
@@ -19,12 +20,24 @@ from training_fixtures import (
     trained_registry_fixture,  # noqa: F401 (the fixture)
 )
 
+from deepsummit.contracts.arrays import ensemble_logit, member_logits
 from deepsummit.contracts.artifact import ModelArtifact
-from deepsummit.contracts.champion import TAG_KNOWN_BY, ModelFilesChanged, load_verified
+from deepsummit.contracts.champion import (
+    TAG_KNOWN_BY,
+    TAG_TRAINED_THROUGH,
+    ModelFilesChanged,
+    load_verified,
+)
 from deepsummit.contracts.snapshot import PLANNED_TEST_FILE
 from deepsummit.core.inputs import Known
 from deepsummit.core.planned import KEY_COLUMNS
-from deepsummit.train.registry import Candidate, decide, gate, log_and_register
+from deepsummit.train.registry import (
+    PREDICTIONS_ARTIFACT,
+    Candidate,
+    decide,
+    gate,
+    log_and_register,
+)
 
 pytest_plugins = ["features_fixtures"]
 
@@ -36,9 +49,9 @@ def champion_version(settings) -> str:
 
 
 def candidate_of(registry: TrainedRegistry, version: str, probability: np.ndarray) -> Candidate:
-    """A registered version's facts for the gate, scored `probability` on the test rows."""
-    test_input = pl.read_parquet(registry.snapshot / PLANNED_TEST_FILE)
-    keys = test_input.select(KEY_COLUMNS)
+    """A registered version's facts for the gate, its evaluation scored `probability` on the
+    held-out test rows."""
+    keys = pl.read_parquet(registry.snapshot / PLANNED_TEST_FILE).select(KEY_COLUMNS)
     labels = pl.read_parquet(registry.snapshot / "features.parquet").select(*KEY_COLUMNS, "label")
     predictions = keys.join(labels, on=list(KEY_COLUMNS), maintain_order="left").with_columns(
         probability=pl.Series(probability)
@@ -49,17 +62,19 @@ def candidate_of(registry: TrainedRegistry, version: str, probability: np.ndarra
         weather_source=registry.report.weather_source,
         inputs_known_by=Known.AT_PUSH,
         predictions=predictions,
-        test_input=test_input,
+        trained_through=registry.report.trained_through,
     )
 
 
 def champion_predictions(registry: TrainedRegistry) -> np.ndarray:
-    """The champion's own calibrated test probabilities, in planned_test order."""
-    model = load_verified(registry.settings.mlflow.tracking_uri, "deepsummit", "1")
-    test_input = pl.read_parquet(registry.snapshot / PLANNED_TEST_FILE)
-    return model.predict(test_input.drop(KEY_COLUMNS).to_pandas())["probability"].to_numpy(
-        dtype=float
+    """The champion's evaluation's calibrated probabilities on the held-out test rows, as its
+    run keeps them (planned_test order)."""
+    stored = mlflow.artifacts.download_artifacts(
+        run_id=registry.report.mlflow_run_id,
+        artifact_path=PREDICTIONS_ARTIFACT,
+        tracking_uri=registry.settings.mlflow.tracking_uri,
     )
+    return pl.read_parquet(stored)["probability"].to_numpy()
 
 
 def register_constant(registry: TrainedRegistry, settings, tmp_path: Path) -> str:
@@ -89,7 +104,7 @@ def test_a_training_run_logs_params_metrics_intervals_dataset_plots_and_a_first_
     assert run.data.params["model.hidden_size"] == "16"
     assert run.data.params["profile"] == "tiny"
     assert run.data.params["inputs"] == ",".join(report.inputs)
-    for name in ("transformer", "logreg", "lightgbm"):
+    for name in ("transformer", "logreg", "lightgbm", "catboost"):
         for metric in ("auc", "brier", "ece"):
             low, value, high = (
                 run.data.metrics[f"{name}_test_{metric}{end}"]
@@ -102,7 +117,13 @@ def test_a_training_run_logs_params_metrics_intervals_dataset_plots_and_a_first_
     for seed in seeds:
         epochs = client.get_metric_history(run.info.run_id, f"seed_{seed}_val_auc")
         assert [m.step for m in epochs] == [1, 2, 3]
+        # The refit: the epochs the evaluation kept, nothing held out to judge them by.
+        refit = client.get_metric_history(run.info.run_id, f"refit_seed_{seed}_train_loss")
+        best = int(run.data.metrics[f"seed_{seed}_best_epoch"])
+        assert [m.step for m in refit] == list(range(1, best + 1))
     assert report.seeds == seeds
+    # The registered model learnt every season through the newest; the run says which.
+    assert report.trained_through == run.data.params["trained_through"] == "2025 Summer"
     assert 0.0 <= run.data.metrics["transformer_test_seed_spread"] < 1.0
     assert run.data.tags["prefect.flow_run_id"] == "flow-run-123"
     assert run.data.tags["inputs_known_by"] == Known.AT_PUSH.value
@@ -122,27 +143,44 @@ def test_a_training_run_logs_params_metrics_intervals_dataset_plots_and_a_first_
     assert version.tags[TAG_KNOWN_BY] == Known.AT_PUSH.value
     assert "first model" in version.description
     table = report.render()
-    for name in ("transformer", "logistic regression", "LightGBM", "v1 (champion)", "± "):
+    for name in ("transformer", "LightGBM", "CatBoost", "v1 (champion)", "through 2025 Summer"):
         assert name in table
+    assert version.tags[TAG_TRAINED_THROUGH] == "2025 Summer"
 
 
-def test_the_registered_model_gives_the_run_s_own_test_probabilities(
+def test_the_registered_model_is_the_refit_and_serves_what_its_networks_say(
     trained_registry: TrainedRegistry,
 ) -> None:
-    """The champion as a client loads it, on the planned test rows, against the run's stored
-    predictions: the same numbers (and the same AUC the run reported)."""
+    """The registered artifact is the refit on every season (its preprocessing fitted on them),
+    and the pyfunc a client loads gives, on the planned test rows, what its networks give on
+    those rows' arrays: serving computes the features as training did. The run's stored
+    test predictions are the evaluation's, held out, and give the AUC the run reported."""
     settings = trained_registry.settings
-    run_id = trained_registry.report.mlflow_run_id
-    stored = pl.read_parquet(
-        mlflow.artifacts.download_artifacts(
-            run_id=run_id, artifact_path="evaluation/test_predictions.parquet"
-        )
+    artifact = ModelArtifact.load(trained_registry.model_dir)
+    assert artifact.metadata["trained_through"] == "2025 Summer"
+    assert artifact.preprocessor.extra["trained_on"] == "every season"
+    features = pl.read_parquet(trained_registry.snapshot / "features.parquet")
+    test = features.filter(pl.col("split") == "test")
+    windows = pl.read_parquet(trained_registry.snapshot / "windows.parquet")
+    inputs = artifact.preprocessor.transform(test, windows).model_inputs()
+    expected = artifact.calibrator.probabilities(
+        ensemble_logit(member_logits(artifact.networks, inputs))
     )
-    served = champion_predictions(trained_registry)
-    np.testing.assert_allclose(served, stored["probability"].to_numpy(), atol=1e-6)
-    auc = roc_auc_score(stored["label"], served)
-    reported = MlflowClient(settings.mlflow.tracking_uri).get_run(run_id).data.metrics
-    assert auc == pytest.approx(reported["transformer_test_auc"], abs=1e-6)
+    model = load_verified(settings.mlflow.tracking_uri, "deepsummit", "1")
+    planned = pl.read_parquet(trained_registry.snapshot / PLANNED_TEST_FILE)
+    served = model.predict(planned.drop(KEY_COLUMNS).to_pandas())["probability"]
+    served = served.to_numpy(dtype=float)
+    np.testing.assert_allclose(served, expected, atol=1e-6)
+
+    stored = champion_predictions(trained_registry)
+    reported = MlflowClient(settings.mlflow.tracking_uri).get_run(
+        trained_registry.report.mlflow_run_id
+    )
+    labels = test["label"].to_numpy()
+    assert roc_auc_score(labels, stored) == pytest.approx(
+        reported.data.metrics["transformer_test_auc"], abs=1e-6
+    )
+    assert not np.allclose(stored, served)  # the refit is another model than the one judged
 
 
 def test_the_gate_refuses_a_challenger_whose_advantage_is_within_noise(
@@ -193,17 +231,41 @@ def test_a_worse_model_stays_a_challenger_and_a_better_one_becomes_champion(
     assert champion_version(settings) == better
 
 
-def test_a_changed_test_split_rescores_the_champion_on_it(
+def test_a_changed_test_split_compares_the_rows_both_held_out(
     trained_registry: TrainedRegistry,
 ) -> None:
+    """The records moved on: the gate pairs the test rows both evaluations held out, and with
+    too few of them it does not decide."""
     settings = trained_registry.settings
+    client = MlflowClient(settings.mlflow.tracking_uri)
     champion = champion_predictions(trained_registry)
-    candidate = dataclasses.replace(
+    moved = dataclasses.replace(
         candidate_of(trained_registry, "99", champion), test_digest="another split"
     )
-    decision = decide(MlflowClient(settings.mlflow.tracking_uri), settings.mlflow, candidate)
-    assert "re-scored on this run's test split" in decision.reason
+    newest = moved.predictions.filter(pl.col("year") >= 2024)  # the older season is gone
+    decision = decide(client, settings.mlflow, dataclasses.replace(moved, predictions=newest))
+    assert "on the test rows both held out" in decision.reason
+    assert f"over {newest.height:,} rows" in decision.reason
     assert decision.difference.estimate == pytest.approx(0.0, abs=1e-9)
+
+    unseen = newest.with_columns(year=pl.col("year") + 1)  # rows the champion never scored
+    apart = decide(client, settings.mlflow, dataclasses.replace(moved, predictions=unseen))
+    assert not apart.promoted and "shares 0 held-out rows" in apart.reason
+
+
+def test_a_champion_never_refit_on_its_newest_seasons_is_replaced(
+    trained_registry: TrainedRegistry, tmp_path: Path
+) -> None:
+    settings = registry_settings(tmp_path / "store", trained_registry.settings)
+    client = MlflowClient(settings.mlflow.tracking_uri)
+    old = register_constant(trained_registry, settings, tmp_path)
+    flat = np.full(len(champion_predictions(trained_registry)), 0.5)
+    gate(client, settings.mlflow, candidate_of(trained_registry, old, flat))
+    client.delete_model_version_tag(settings.mlflow.registered_model, old, TAG_TRAINED_THROUGH)
+    new = register_constant(trained_registry, settings, tmp_path / "new")
+    decision = gate(client, settings.mlflow, candidate_of(trained_registry, new, flat))
+    assert decision.promoted and "never refit on its newest seasons" in decision.reason
+    assert champion_version(settings) == new
 
 
 def test_inputs_known_after_the_climb_never_make_a_champion(

@@ -23,6 +23,7 @@ from deepsummit.train.trainer import (
     train_model,
     training_slice,
     warmup_cosine,
+    weighted_loss,
 )
 
 
@@ -95,6 +96,46 @@ def test_a_run_killed_after_an_epoch_resumes_to_the_same_weights(
     expected = uninterrupted.model.state_dict()
     for name, tensor in resumed.model.state_dict().items():
         assert torch.equal(tensor, expected[name]), name
+
+
+def test_without_validation_it_trains_the_epochs_asked_of_the_schedule_and_keeps_the_last(
+    splits, tmp_path: Path
+) -> None:
+    """The refit on every season: nothing to judge by, so the epochs the evaluation kept, on
+    the same schedule (the learning rate where the evaluation's stood), and the last weights."""
+    train, validation = splits
+    settings = tiny_settings(max_epochs=3)
+    judged = fit(settings, train, validation, DIMENSIONS, tmp_path / "judged")
+    refit = fit(settings, train, None, DIMENSIONS, tmp_path / "refit", epochs=2)
+    assert [r.epoch for r in refit.history] == [1, 2]
+    assert refit.best_epoch == 2 and np.isnan(refit.best_val_auc)
+    assert refit.history[-1].learning_rate == judged.history[1].learning_rate > 0
+    assert refit.history[1].train_loss == judged.history[1].train_loss  # the same steps
+
+
+def test_ema_weights_are_what_is_judged_and_kept(splits, tmp_path: Path) -> None:
+    train, validation = splits
+    plain = fit(tiny_settings(keep="last"), train, validation, DIMENSIONS, tmp_path / "a")
+    averaged = fit(
+        tiny_settings(keep="last", ema_decay=0.9), train, validation, DIMENSIONS, tmp_path / "b"
+    )
+    # The same steps (the losses are the live weights'), other weights judged and kept.
+    assert [r.train_loss for r in averaged.history] == [r.train_loss for r in plain.history]
+    assert averaged.history[-1].val_auc != plain.history[-1].val_auc
+    weights = averaged.model.state_dict()
+    assert any(not torch.equal(weights[k], v) for k, v in plain.model.state_dict().items())
+
+
+def test_the_loss_averages_members_and_weighs_rows() -> None:
+    logits = torch.tensor([[0.0, 2.0], [1.0, -1.0], [3.0, 3.0]])  # (B, k)
+    labels = torch.tensor([1.0, 0.0, 1.0])
+    weights = torch.tensor([1.0, 3.0, 0.0])
+    per_member = torch.nn.functional.binary_cross_entropy_with_logits(
+        logits, labels[:, None].expand(3, 2), reduction="none"
+    )
+    expected = (per_member.mean(1) * weights).sum() / weights.sum()
+    torch.testing.assert_close(weighted_loss(logits, labels, weights), expected)
+    assert weighted_loss(logits[:2], labels[:2], weights[:2]) == expected  # weight 0: no say
 
 
 def test_early_stopping_stops_after_patience_epochs_without_improvement(

@@ -15,6 +15,7 @@ import polars as pl
 from deepsummit.contracts.arrays import FeatureArrays
 from deepsummit.contracts.preprocessing import Preprocessor
 from deepsummit.core.config import BacktestConfig
+from deepsummit.core.inputs import InputSet
 
 PARTS = ("train", "validation", "test")
 
@@ -50,10 +51,11 @@ class Fold:
         )
 
 
-def rolling_folds(config: BacktestConfig) -> list[Fold]:
+def rolling_folds(config: BacktestConfig, last_test_year: int) -> list[Fold]:
+    """One fold per test year from `config.first_test_year` to `last_test_year`."""
     return [
         Fold(year, config.validation_years)
-        for year in range(config.first_test_year, config.last_test_year + 1)
+        for year in range(config.first_test_year, last_test_year + 1)
     ]
 
 
@@ -66,12 +68,17 @@ class FoldInputs:
 
 
 def fold_inputs(
-    fold: Fold, features: pl.DataFrame, windows: pl.DataFrame, template: Preprocessor
+    fold: Fold,
+    features: pl.DataFrame,
+    windows: pl.DataFrame,
+    template: Preprocessor,
+    inputs: InputSet,
 ) -> FoldInputs:
-    """The fold's rows and arrays, the preprocessing refitted on its training years with the
-    snapshot's settings (`template`: input set, weather source, category threshold)."""
+    """The fold's rows and arrays of `inputs` (every declared input is a column of the
+    snapshot), the preprocessing refitted on its training years with the snapshot's settings
+    (`template`: weather source, category threshold)."""
     parts = features.with_columns(fold_part=fold.part(pl.col("year")))
     rows = {name: parts.filter(pl.col("fold_part") == name).drop("fold_part") for name in PARTS}
-    preprocessor = template.refit(rows["train"], windows, fold=fold.describe())
+    preprocessor = template.refit(rows["train"], windows, inputs, fold=fold.describe())
     arrays = {name: preprocessor.transform(frame, windows) for name, frame in rows.items()}
     return FoldInputs(fold, preprocessor, rows, arrays)

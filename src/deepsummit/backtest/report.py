@@ -77,6 +77,18 @@ def markdown(report: BacktestReport) -> str:
             f"| {season.season} | {season.rows:,} | {season.summit_rate:.2f} | {figures} "
             f"| {season.note} |"
         )
+    lines += [
+        "",
+        "### Seasons of expedition records, expedition by expedition",
+        "",
+        "An expedition without member rows says how many of its climbing members summited, not "
+        "which, so every model gives its members one P: each is judged by expedition. AUC "
+        "within a season ranks its expeditions' success (any member summited); the Brier score "
+        "is of the team's summit fraction; the gap is |mean P − summit fraction| over the "
+        "season's members. 95% intervals from an expedition bootstrap.",
+        "",
+        report.expeditions.markdown(),
+    ]
     skill = report.push_days
     lines += [
         "",
@@ -120,7 +132,8 @@ def season_chart(report: BacktestReport, path: Path) -> Path:
     scored = [s for s in report.seasons.seasons if s.scored]
     figure, axis = plt.subplots(figsize=(max(8, 0.45 * len(scored)), 4))
     x = np.arange(len(scored))
-    for offset, model in zip((-0.2, 0.0, 0.2), MODELS, strict=True):
+    offsets = np.linspace(-0.3, 0.3, len(MODELS))
+    for offset, model in zip(offsets, MODELS, strict=True):
         estimates = np.array([s.scores[model].auc.estimate for s in scored])
         low = estimates - np.array([s.scores[model].auc.low for s in scored])
         high = np.array([s.scores[model].auc.high for s in scored]) - estimates
@@ -185,7 +198,7 @@ def log_to_mlflow(
         mlflow.log_params(
             {
                 "profile": settings.profile,
-                "folds": f"{settings.backtest.first_test_year}-{settings.backtest.last_test_year}",
+                "folds": f"{report.folds[0].fold.name}-{report.folds[-1].fold.name}",
                 "validation_years": settings.backtest.validation_years,
                 "seeds": settings.train.seeds,
             }

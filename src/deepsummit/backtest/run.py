@@ -1,10 +1,13 @@
 """The backtest run: every fold trained and scored (each one cached on disk), then the season
-table, the calibration choice and the push-day skill, written as a report with charts.
+tables (member seasons by member, expedition-record seasons by expedition), the calibration
+choice and the push-day skill, written as a report with charts.
 
 A fold's files live under `<backtest.output_dir>/<key>/`, the key a digest of the snapshot and
 of every setting that changes a fold's result: a rerun on the same snapshot reads them back and
 trains nothing, and a run cut short resumes at the first fold without files (and inside a fold
-at the transformer's last checkpoint). A fold that cannot train is reported and skipped.
+at the transformer's last checkpoint). The baselines' scores of a fold are cached apart, under
+a key of what they follow from (`baselines_key`), so candidates that differ in the transformer
+alone (bench/backtest_profiles.py) share them. A fold that cannot train is reported and skipped.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from deepsummit.backtest.seasons import (
     choose_calibration,
     season_table,
 )
-from deepsummit.contracts.arrays import seed_logits
+from deepsummit.contracts.arrays import FeatureArrays, member_logits
 from deepsummit.contracts.calibration import Calibrator
 from deepsummit.contracts.preprocessing import Preprocessor
 from deepsummit.contracts.snapshot import (
@@ -48,23 +51,25 @@ from deepsummit.contracts.snapshot import (
     read_features,
     read_windows,
 )
-from deepsummit.core.config import Settings
+from deepsummit.core.config import Settings, TrainConfig
 from deepsummit.core.context import Progress, no_progress
 from deepsummit.core.errors import PipelineError
 from deepsummit.core.warehouse import connect
 from deepsummit.features.groups import PEAK_GROUPS, peak_groups
-from deepsummit.train.baselines import run_baselines
+from deepsummit.train.baselines import CATBOOST, LIGHTGBM, LOGISTIC, run_baselines
 from deepsummit.train.comparison import TRANSFORMER, logit, slug
-from deepsummit.train.stage import train_seeds, transformer_predictions
+from deepsummit.train.expeditions import ExpeditionTable, expedition_table
+from deepsummit.train.stage import train_seeds, transformer_predictions, with_recency
 from deepsummit.train.trainer import training_knobs, training_slice
 
 logger = logging.getLogger(__name__)
 
-LIGHTGBM, LOGISTIC = "LightGBM", "logistic regression"
-MODELS = (TRANSFORMER, LIGHTGBM, LOGISTIC)
+MODELS = (TRANSFORMER, LIGHTGBM, CATBOOST, LOGISTIC)
+BASELINES = (LOGISTIC, LIGHTGBM, CATBOOST)
 NO_WEATHER = "transformer, weather masked"
-PUSH_DAY_MODELS = (TRANSFORMER, NO_WEATHER, CLIMATOLOGY, LIGHTGBM)
-HELD_OUT_KEYS = ("expid", "member_id", "year", "season", "peakid", "label")
+PUSH_DAY_SCORED = (TRANSFORMER, NO_WEATHER, LIGHTGBM, CATBOOST)  # scored on the candidate days
+PUSH_DAY_MODELS = (TRANSFORMER, NO_WEATHER, CLIMATOLOGY, LIGHTGBM, CATBOOST)
+HELD_OUT_KEYS = ("expid", "member_id", "year", "season", "peakid", "record", "label")
 
 
 @dataclass(frozen=True)
@@ -85,8 +90,9 @@ class BacktestReport:
     directory: Path
     folds: tuple[FoldOutcome, ...]
     held_out: pl.DataFrame  # every trained fold's test rows, as FoldOutcome.held_out
-    seasons: SeasonTable
+    seasons: SeasonTable  # the members file's seasons, member by member
     groups: dict[str, SeasonTable]  # the same table for each peak group's held-out rows
+    expeditions: ExpeditionTable  # the expedition records' seasons, expedition by expedition
     calibration: CalibrationChoice
     push_days: PushDaySkill
     daily: pl.DataFrame  # per held-out peak-season and day: summiters and each model's score
@@ -100,6 +106,7 @@ class BacktestReport:
                 for group, table in self.groups.items()
                 for k, v in table.metrics(f"backtest_{slug(group)}_").items()
             },
+            **self.expeditions.metrics("backtest_expeditions_"),
             **self.push_days.metrics(),
             "backtest_seed_spread": self.seed_spread,
             "backtest_calibration_ece_chosen": self.calibration.ece[self.calibration.chosen],
@@ -107,23 +114,39 @@ class BacktestReport:
         }
 
 
-def backtest_key(settings: Settings, snapshot: Path) -> str:
-    """What a fold's result follows from: the snapshot's content and the settings that train
-    and fold (not where files go)."""
+def _digest(document: dict) -> str:
+    text = json.dumps(document, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def baselines_key(settings: Settings, snapshot: Path) -> str:
+    """What a fold's baselines follow from: the snapshot's content, the input set, the folds,
+    and the training settings the baselines read (seed, slice, row weights)."""
     preprocessing = json.loads((snapshot / PREPROCESSING_FILE).read_text())
-    document = json.dumps(
+    return _digest(
         {
             "snapshot": preprocessing["extra"]["snapshot_digest"],
-            "model": dataclasses.asdict(settings.model),
-            "train": training_knobs(settings.train),
+            "inputs": settings.features.model_inputs().names,
+            "train": settings.train.model_dump(
+                mode="json", include={"seed", "max_train_rows", "recency_half_life"}
+            ),
             "folds": settings.backtest.model_dump(
                 mode="json", include={"validation_years", "push_day_min_summiters"}
             ),
-        },
-        sort_keys=True,
-        default=str,
+        }
     )
-    return hashlib.sha256(document.encode()).hexdigest()[:16]
+
+
+def backtest_key(settings: Settings, snapshot: Path) -> str:
+    """What a fold's result follows from: the baselines' key, and the settings that train the
+    transformer (not where files go)."""
+    return _digest(
+        {
+            "baselines": baselines_key(settings, snapshot),
+            "model": dataclasses.asdict(settings.model),
+            "train": training_knobs(settings.train),
+        }
+    )
 
 
 def run_backtest(
@@ -134,12 +157,12 @@ def run_backtest(
     directory.mkdir(parents=True, exist_ok=True)
     features, windows = read_features(snapshot), read_windows(snapshot)
     template = Preprocessor.load(snapshot / PREPROCESSING_FILE)
-    folds = rolling_folds(config)
+    last = config.last_test_year or int(features["year"].max())
+    folds = rolling_folds(config, last)
     seasons = eligible_peak_seasons(
-        features,
-        range(config.first_test_year, config.last_test_year + 1),
-        config.push_day_min_summiters,
+        features, range(config.first_test_year, last + 1), config.push_day_min_summiters
     )
+    baselines = config.output_dir / "baselines" / baselines_key(settings, snapshot)
     candidates = None
     outcomes = []
     for done, fold in enumerate(folds):
@@ -148,7 +171,10 @@ def run_backtest(
         if outcome is None:
             if candidates is None:  # only a fold that trains needs them
                 candidates = _candidates(settings, snapshot, seasons, features, template)
-            outcome = _run_fold(settings, fold, features, windows, template, candidates)
+            inputs = fold_inputs(
+                fold, features, windows, template, settings.features.model_inputs()
+            )
+            outcome = _run_fold(settings, inputs, candidates, template, baselines)
             _write_fold(directory, outcome)
         outcomes.append(outcome)
         logger.info("backtest fold %s: %s", fold.name, outcome.skipped or "done")
@@ -174,21 +200,33 @@ def _candidates(
         )
 
 
+@dataclass(frozen=True)
+class Scores:
+    """One model's uncalibrated probabilities on a fold: its validation and test rows, and the
+    push-day candidate rows of its test year."""
+
+    validation: np.ndarray
+    test: np.ndarray
+    push_days: np.ndarray
+
+
 def _run_fold(
     settings: Settings,
-    fold: Fold,
-    features: pl.DataFrame,
-    windows: pl.DataFrame,
-    template: Preprocessor,
+    inputs: FoldInputs,
     candidates: Candidates,
+    template: Preprocessor,
+    baselines: Path,
 ) -> FoldOutcome:
     started = time.perf_counter()
-    inputs = fold_inputs(fold, features, windows, template)
+    fold = inputs.fold
     sizes = {part: len(a) for part, a in inputs.arrays.items()}
     reason = _cannot_train(inputs)
     if reason:
         return FoldOutcome(fold, None, None, {"rows": sizes, "skipped": reason}, cached=False)
-    arrays, train_config = inputs.arrays, settings.train
+    train_config = settings.train
+    years = inputs.rows["train"]["year"].to_numpy()
+    arrays = {**inputs.arrays, "train": with_recency(inputs.arrays["train"], years, train_config)}
+    days, day_arrays = _push_day_rows(inputs, candidates, template)
     results = train_seeds(
         train_config,
         settings.model,
@@ -197,43 +235,81 @@ def _run_fold(
         settings.backtest.output_dir / "checkpoints" / fold.name,
         epoch_log=lambda record, prefix: None,
     )
-    models = [
-        transformer_predictions(results, arrays),
-        *run_baselines(
-            training_slice(arrays["train"], train_config.max_train_rows, train_config.seed),
-            arrays["validation"],
-            arrays["test"],
-            inputs.preprocessor.categorical_cardinalities,
-            train_config.seed,
-            train_config.num_threads,
+    transformer = transformer_predictions(results, arrays)
+    scores = {
+        TRANSFORMER: Scores(
+            transformer.validation, transformer.test, transformer.predict(day_arrays)
         ),
-    ]
+        NO_WEATHER: Scores(
+            transformer.validation,
+            transformer.test,
+            transformer.predict(day_arrays.without_weather()),
+        ),
+        **_baseline_scores(arrays, day_arrays, inputs, train_config, baselines / fold.name),
+    }
     columns = {}
     calibrators = {}
-    for model in models:
-        calibrators[model.name] = Calibrator.fit(
-            train_config.calibration, logit(model.validation), arrays["validation"].label
+    for name in MODELS:
+        calibrators[name] = Calibrator.fit(
+            train_config.calibration, logit(scores[name].validation), arrays["validation"].label
         )
-        columns[f"raw_{model.name}"] = model.test
-        columns[model.name] = calibrators[model.name].probabilities(logit(model.test))
-    seeds = calibrators[TRANSFORMER].probabilities(
-        seed_logits([r.model for r in results], arrays["test"].model_inputs())
+        columns[f"raw_{name}"] = scores[name].test
+        columns[name] = calibrators[name].probabilities(logit(scores[name].test))
+    members = calibrators[TRANSFORMER].probabilities(
+        member_logits([r.model for r in results], arrays["test"].model_inputs())
     )
     held_out = (
         inputs.rows["test"]
         .select(HELD_OUT_KEYS)
         .with_columns(
             **{name: pl.Series(values) for name, values in columns.items()},
-            seed_spread=pl.Series(seeds.max(axis=0) - seeds.min(axis=0)),
+            seed_spread=pl.Series(members.max(axis=0) - members.min(axis=0)),
         )
     )
-    push_days = _score_candidates(inputs, candidates, models, template)
+    push_days = days.with_columns(
+        **{name: pl.Series(scores[name].push_days) for name in PUSH_DAY_SCORED}
+    )
     summary = {
         "rows": sizes,
         "seconds": time.perf_counter() - started,
         "epochs": [[r.best_epoch, len(r.history)] for r in results],
     }
     return FoldOutcome(fold, held_out, push_days, summary, cached=False)
+
+
+def _baseline_scores(
+    arrays: dict[str, FeatureArrays],
+    day_arrays: FeatureArrays,
+    inputs: FoldInputs,
+    train_config: TrainConfig,
+    directory: Path,
+) -> dict[str, Scores]:
+    """The baselines' scores of the fold: read from `directory` when an earlier run computed
+    them, else trained on the fold's rows and written there."""
+    parts = [f.name for f in dataclasses.fields(Scores)]
+    cache = directory.with_suffix(".npz")
+    if cache.exists():
+        with np.load(cache) as saved:
+            return {
+                name: Scores(*(saved[f"{name}/{part}"] for part in parts)) for name in BASELINES
+            }
+    models = run_baselines(
+        training_slice(arrays["train"], train_config.max_train_rows, train_config.seed),
+        arrays["validation"],
+        arrays["test"],
+        inputs.preprocessor.categorical_cardinalities,
+        train_config.seed,
+        train_config.num_threads,
+    )
+    scores = {m.name: Scores(m.validation, m.test, m.predict(day_arrays)) for m in models}
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    partial = cache.with_suffix(".partial.npz")
+    np.savez(
+        partial,
+        **{f"{name}/{part}": getattr(s, part) for name, s in scores.items() for part in parts},
+    )
+    partial.rename(cache)
+    return scores
 
 
 def _cannot_train(inputs: FoldInputs) -> str | None:
@@ -245,27 +321,19 @@ def _cannot_train(inputs: FoldInputs) -> str | None:
     return None
 
 
-def _score_candidates(
-    inputs: FoldInputs, candidates: Candidates, models: list, template: Preprocessor
-) -> pl.DataFrame:
-    """The fold's test-year candidate rows with each model's P (uncalibrated: the skill is a
-    ranking of days)."""
+def _push_day_rows(
+    inputs: FoldInputs, candidates: Candidates, template: Preprocessor
+) -> tuple[pl.DataFrame, FeatureArrays]:
+    """The fold's test-year push-day candidate rows whose windows are complete (peak-season,
+    candidate day), and their arrays."""
     allowed = int(template.extra.get("max_missing_days", 0))
     complete = candidates.windows.group_by("peakid", "date").agg(pl.col("missing_days").max())
     complete = complete.filter(pl.col("missing_days") <= allowed).select("peakid", smtdate="date")
     rows = candidates.features.filter(pl.col("year") == inputs.fold.test_year).join(
         complete, on=["peakid", "smtdate"], maintain_order="left"
     )
-    if not rows.height:
-        return rows.select(*PEAK_SEASON, "smtdate")
-    arrays = inputs.preprocessor.transform(rows, candidates.windows)
-    by_name = {m.name: m.predict for m in models}
-    return rows.select(*PEAK_SEASON, "smtdate").with_columns(
-        **{
-            TRANSFORMER: pl.Series(by_name[TRANSFORMER](arrays)),
-            NO_WEATHER: pl.Series(by_name[TRANSFORMER](arrays.without_weather())),
-            LIGHTGBM: pl.Series(by_name[LIGHTGBM](arrays)),
-        }
+    return rows.select(*PEAK_SEASON, "smtdate"), inputs.preprocessor.transform(
+        rows, candidates.windows
     )
 
 
@@ -319,8 +387,15 @@ def _report(
         )
     held_out = pl.concat([o.held_out for o in trained])
     candidates = pl.concat([o.push_days for o in trained if o.push_days.height])
-    table = season_table(held_out, MODELS, config.min_season_rows, config.disaster_seasons)
-    grouped = held_out.join(peak_groups(features), on="peakid", how="left")
+    members = held_out.filter(pl.col("record") == "member")
+    table = season_table(members, MODELS, config.min_season_rows, config.disaster_seasons)
+    expeditions = expedition_table(
+        held_out.filter(pl.col("record") == "expedition"),
+        MODELS,
+        config.min_season_expeditions,
+        config.unscored_seasons,
+    )
+    grouped = members.join(peak_groups(features), on="peakid", how="left")
     groups = {
         group: season_table(
             grouped.filter(pl.col("group") == group),
@@ -333,7 +408,7 @@ def _report(
     calibration = choose_calibration(
         held_out.rename({f"raw_{TRANSFORMER}": "raw"}), "raw", config.newest_folds
     )
-    scored = daily_scores(candidates, features, (TRANSFORMER, NO_WEATHER, LIGHTGBM))
+    scored = daily_scores(candidates, features, PUSH_DAY_SCORED)
     skills, daily = [], []
     for key in seasons.select(PEAK_SEASON).iter_rows():
         days = scored.filter(pl.struct(PEAK_SEASON) == dict(zip(PEAK_SEASON, key, strict=True)))
@@ -351,6 +426,7 @@ def _report(
         held_out=held_out,
         seasons=table,
         groups=groups,
+        expeditions=expeditions,
         calibration=calibration,
         push_days=summarise(skills, PUSH_DAY_MODELS),
         daily=pl.concat(daily),

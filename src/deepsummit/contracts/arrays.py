@@ -34,9 +34,13 @@ class FeatureArrays:
     days_before: np.ndarray  # (N, 26) float32
     day_of_year: np.ndarray  # (N, 26) float32
     label: np.ndarray  # (N,) float32, 1 = summited
+    # (N,) float32: each row's weight in a training loss (a recency weighting); None = 1 each.
+    weight: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = len(self.label)
+        if self.weight is None:
+            object.__setattr__(self, "weight", np.ones(n, np.float32))
         numeric, categorical, binary = (
             self.numeric.shape[-1],
             self.categorical.shape[-1],
@@ -54,6 +58,7 @@ class FeatureArrays:
             "days_before": ((n, WEATHER_TOKENS), np.float32),
             "day_of_year": ((n, WEATHER_TOKENS), np.float32),
             "label": ((n,), np.float32),
+            "weight": ((n,), np.float32),
         }
         for name, (shape, dtype) in expected.items():
             array = getattr(self, name)
@@ -78,8 +83,11 @@ class FeatureArrays:
         )
 
     def model_inputs(self) -> dict[str, np.ndarray]:
-        """Every field but the label: the keyword arguments of the model's forward."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "label"}
+        """Every field but the label and the weight: the keyword arguments of the model's
+        forward."""
+        return {
+            f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("label", "weight")
+        }
 
     def save(self, path: Path) -> None:
         np.savez_compressed(path, **{f.name: getattr(self, f.name) for f in fields(self)})
@@ -95,24 +103,33 @@ def to_tensors(inputs: dict[str, np.ndarray], device: torch.device | str = "cpu"
     return {name: torch.from_numpy(array).to(device) for name, array in inputs.items()}
 
 
-def batches(
-    arrays: FeatureArrays, batch_size: int, shuffle: bool, seed: int = 0
-) -> Iterator[tuple[dict[str, torch.Tensor], torch.Tensor]]:
-    """(model inputs, labels) in batches of `batch_size`, in an order fixed by `seed`.
+def _without_weather(weather_missing: np.ndarray) -> np.ndarray:
+    """(N,) bool: the rows none of whose weather tokens has a value."""
+    return weather_missing.all(axis=(1, 2))
 
-    Each batch gathers its rows from the whole arrays at once: a per-item Dataset and its
-    collate cost more than a small model's forward and backward pass on CPU."""
+
+def batches(
+    arrays: FeatureArrays, batch_size: int, seed: int
+) -> Iterator[tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]]:
+    """Training batches (model inputs, labels, weights) of `batch_size` rows, shuffled in an
+    order fixed by `seed`.
+
+    Rows without any weather and rows with some go to separate batches (shuffled within each
+    kind, then the batches shuffled together): the model encodes a batch without weather
+    without its weather positions, the same logits for half the work. Each batch gathers its
+    rows from the whole arrays at once: a per-item Dataset and its collate cost more than a
+    small model's forward and backward pass on CPU."""
     inputs = to_tensors(arrays.model_inputs())
-    labels = torch.from_numpy(arrays.label)
-    n = len(labels)
-    order = (
-        torch.randperm(n, generator=torch.Generator().manual_seed(seed))
-        if shuffle
-        else torch.arange(n)
-    )
-    for start in range(0, n, batch_size):
-        rows = order[start : start + batch_size]
-        yield {name: tensor[rows] for name, tensor in inputs.items()}, labels[rows]
+    labels, weights = torch.from_numpy(arrays.label), torch.from_numpy(arrays.weight)
+    generator = torch.Generator().manual_seed(seed)
+    chunks = []
+    for kind in (False, True):
+        rows = torch.from_numpy(np.flatnonzero(_without_weather(arrays.weather_missing) == kind))
+        if len(rows):
+            chunks += list(rows[torch.randperm(len(rows), generator=generator)].split(batch_size))
+    for index in torch.randperm(len(chunks), generator=generator).tolist():
+        rows = chunks[index]
+        yield {name: tensor[rows] for name, tensor in inputs.items()}, labels[rows], weights[rows]
 
 
 def predict_logits(
@@ -121,31 +138,51 @@ def predict_logits(
     batch_size: int = 1024,
     device: torch.device | None = None,
 ) -> np.ndarray:
-    """Logits for every row, in batches, in eval mode (float32 on any device; default CPU)."""
+    """The members' logits (k, N) for every row, in eval mode (float32 on any device; default
+    CPU); rows without weather are encoded in batches of their own (see `batches`)."""
     device = device or torch.device("cpu")
     model.eval()
     n = len(inputs["numeric"])
-    out = np.empty(n, dtype=np.float32)
+    out = np.empty((n, model.config.ensemble_size), dtype=np.float32)
+    without_weather = _without_weather(inputs["weather_missing"])
     with torch.inference_mode(), autocast_for(device):
-        for start in range(0, n, batch_size):
-            batch = {k: v[start : start + batch_size] for k, v in inputs.items()}
-            out[start : start + batch_size] = model(**to_tensors(batch, device)).float().cpu()
-    return out
+        for kind in (False, True):
+            rows = np.flatnonzero(without_weather == kind)
+            for start in range(0, len(rows), batch_size):
+                chunk = rows[start : start + batch_size]
+                batch = to_tensors({k: v[chunk] for k, v in inputs.items()}, device)
+                out[chunk] = model(**batch).float().cpu()
+    return out.T
 
 
-def seed_logits(
+def member_logits(
     networks: Sequence[nn.Module], inputs: dict[str, np.ndarray], batch_size: int = 1024
 ) -> np.ndarray:
-    """(S, N) logits: one row per seed's network. The model's answer is their mean (the
-    ensemble), their spread is its band."""
-    return np.stack([predict_logits(network, inputs, batch_size) for network in networks])
+    """(M, N) logits: one row per ensemble member of every network (M = networks × k). The
+    model's answer is their mean probability (`ensemble_probability`), their spread its band."""
+    return np.concatenate([predict_logits(network, inputs, batch_size) for network in networks])
+
+
+def ensemble_probability(logits: np.ndarray) -> np.ndarray:
+    """(M, N) members' logits → (N,) the ensemble's probability: the mean of the members'
+    probabilities, as TabM averages its members."""
+    return (1.0 / (1.0 + np.exp(-np.asarray(logits, np.float64)))).mean(axis=0)
+
+
+def ensemble_logit(logits: np.ndarray) -> np.ndarray:
+    """(M, N) members' logits → (N,) the logit of the ensemble's probability: what a
+    calibration map (deepsummit/contracts/calibration.py) turns into the answer."""
+    p = np.clip(ensemble_probability(logits), 1e-7, 1 - 1e-7)
+    return np.log(p / (1 - p))
 
 
 def predict_proba(
     model: nn.Module, arrays: FeatureArrays, batch_size: int = 1024, device: str = "cpu"
 ) -> np.ndarray:
-    logits = predict_logits(model, arrays.model_inputs(), batch_size, torch.device(device))
-    return 1.0 / (1.0 + np.exp(-logits.astype(np.float64)))
+    """One network's answer on every row of `arrays` (its members' mean probability)."""
+    return ensemble_probability(
+        predict_logits(model, arrays.model_inputs(), batch_size, torch.device(device))
+    )
 
 
 def autocast_for(device: torch.device) -> torch.autocast:

@@ -25,6 +25,7 @@ from deepsummit.core.errors import PipelineError
 TAG_TEST_DIGEST = "test_split_digest"
 TAG_WEATHER_SOURCE = "weather_source"
 TAG_KNOWN_BY = "inputs_known_by"
+TAG_TRAINED_THROUGH = "trained_through"  # the newest season the registered model learnt from
 TAG_FILES_DIGEST = "model_files_sha256"
 TAG_DECISION = "champion_decision"
 TAG_REASON = "champion_reason"

@@ -16,7 +16,13 @@ import numpy as np
 import polars as pl
 
 from deepsummit.contracts.arrays import FeatureArrays
-from deepsummit.core.inputs import RARE_FOLDS, WEATHER_CHANNELS, WEATHER_TOKENS, InputSet
+from deepsummit.core.inputs import (
+    CALENDAR_INPUTS,
+    RARE_FOLDS,
+    WEATHER_CHANNELS,
+    WEATHER_TOKENS,
+    InputSet,
+)
 
 # A weather window is named by (peakid, date) in the windows frame (deepsummit/features/windows.py
 # builds it), and by (peakid, smtdate) in the features frame.
@@ -118,6 +124,8 @@ class Preprocessor:
     # A value of a folding input (RARE_FOLDS) seen in fewer train rows reads as its fold's token.
     rare_fold_count: int = 0
     extra: dict[str, Any] = field(default_factory=dict)  # provenance: split, digest, …
+    # The lowest and highest value the train rows hold of each calendar input the model reads.
+    calendar_ranges: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     @property
     def categorical_cardinalities(self) -> tuple[int, ...]:
@@ -175,6 +183,7 @@ class Preprocessor:
             values.reshape(-1, len(WEATHER_CHANNELS)),
             np.repeat(uses, tokens).astype(np.float64),
         )
+        calendar = [name for name in inputs.numeric if name in CALENDAR_INPUTS]
         return cls(
             inputs,
             vocabularies,
@@ -184,6 +193,7 @@ class Preprocessor:
             min_category_count,
             rare_fold_count,
             extra or {},
+            {name: (float(train[name].min()), float(train[name].max())) for name in calendar},
         )
 
     def refit(
@@ -295,6 +305,19 @@ class Preprocessor:
                     )
         return notes
 
+    def calendar_notes_by_row(self, features: pl.DataFrame) -> list[list[str]]:
+        """Per row, a note for each calendar input outside the range of the training rows: the
+        push day lies outside the seasons the model learnt (it is answered all the same)."""
+        notes: list[list[str]] = [[] for _ in range(features.height)]
+        for name, (low, high) in self.calendar_ranges.items():
+            for row, value in enumerate(features[name].to_list()):
+                if value is not None and not low <= value <= high:
+                    notes[row].append(
+                        f"{name} {value:g} lies outside the {low:g}–{high:g} of the training "
+                        "attempts: the push day is outside the seasons the model learnt"
+                    )
+        return notes
+
     def to_json(self) -> str:
         document = {"weather_channels": list(WEATHER_CHANNELS), **asdict(self)}
         return json.dumps(document, indent=2, sort_keys=True)
@@ -311,8 +334,9 @@ class Preprocessor:
             weather=Standardiser(**document["weather"]),
             weather_source=document["weather_source"],
             min_category_count=document["min_category_count"],
-            rare_fold_count=document.get("rare_fold_count", 0),
+            rare_fold_count=document["rare_fold_count"],
             extra=document["extra"],
+            calendar_ranges={k: tuple(v) for k, v in document["calendar_ranges"].items()},
         )
 
     def save(self, path: Path) -> None:

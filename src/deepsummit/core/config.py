@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import tomllib
+from dataclasses import dataclass
 from datetime import date
 from importlib.resources import files
 from pathlib import Path
@@ -226,28 +227,64 @@ class OutlookConfig(OutlookPlan):  # type: ignore[misc, valid-type]
         return {name: getattr(self, name) for name in OutlookPlan.model_fields}
 
 
+@dataclass(frozen=True)
+class SplitYears:
+    """The last expedition year of each split: train ≤ train_until < validation ≤
+    validation_until < test ≤ test_until."""
+
+    train_until: int
+    validation_until: int
+    test_until: int
+
+    def describe(self) -> dict[str, str]:
+        return {
+            "train": f"<= {self.train_until}",
+            "validation": f"{self.train_until + 1}-{self.validation_until}",
+            "test": f"{self.validation_until + 1}-{self.test_until}",
+        }
+
+
 class SplitConfig(Section):
     """Time split by expedition year; whole expeditions fall on one side. Validation and test are
-    the newest seasons: the backtest (deepsummit/backtest) found that validating on 2013–15 let
-    the 2014 avalanche and the 2015 earthquake steer early stopping, calibration and the gate."""
+    the newest seasons, counted back from the newest year with a dated record, so the split moves
+    on as the records do: test = the newest `test_years`, validation the `validation_years`
+    before them, train everything older. Each bound may be pinned to a year instead (a replay of
+    an earlier state, a test slice); the ones below it are then counted back from it."""
 
-    train_until: int = 2015
-    validation_until: int = 2017
-    test_until: int = 2019
+    validation_years: int = Field(2, ge=1)
+    test_years: int = Field(3, ge=1)
+    train_until: int | None = None
+    validation_until: int | None = None
+    test_until: int | None = None
+
+    def years(self, newest: int) -> SplitYears:
+        """The split's years when the records' newest dated year is `newest`."""
+        test_until = self.test_until or newest
+        validation_until = self.validation_until or test_until - self.test_years
+        train_until = self.train_until or validation_until - self.validation_years
+        return SplitYears(train_until, validation_until, test_until)
 
 
 class BacktestConfig(Section):
     """The rolling-origin backtest (deepsummit/backtest/): one fold per test year Y from
-    `first_test_year` to `last_test_year`, trained on the years up to Y − validation_years − 1
-    and validated on the `validation_years` before Y, every model on identical rows."""
+    `first_test_year` to `last_test_year` (None: the newest year of the records), trained on the
+    years up to Y − validation_years − 1 and validated on the `validation_years` before Y, every
+    model on identical rows."""
 
     first_test_year: int = 2008
-    last_test_year: int = 2019
+    last_test_year: int | None = None
     validation_years: int = 2
-    # A season with fewer rows (or one class only) is listed but not scored.
+    # A season of member rows with fewer rows (or one class only) is listed but not scored; so
+    # is a season of expedition records with fewer expeditions.
     min_season_rows: int = 100
-    # Listed with a note, never left out: they must not decide the model alone.
+    min_season_expeditions: int = 30
+    # Scored and shown with a note, left out of the ordinary mean: they must not decide the
+    # model alone.
     disaster_seasons: tuple[str, ...] = ("2014 Spring", "2015 Spring")
+    # Listed, not scored, with the reason.
+    unscored_seasons: dict[str, str] = Field(
+        default_factory=lambda: {"2020 Spring": "the pandemic", "2020 Autumn": "the pandemic"}
+    )
     # The newest folds: where the calibration map is judged and what the gate compares on.
     newest_folds: int = 2
     # Push-day skill: held-out peak-seasons with at least this many summiters.
@@ -319,6 +356,18 @@ class TrainConfig(Section):
     patience: int = 10
     warmup_fraction: float = 0.05
     grad_clip_norm: float = 1.0
+    # Which weights a training keeps: "best", those of the epoch with the best validation AUC
+    # (early stopping after `patience` epochs without a better one: the spec); "last", those at
+    # the end of the schedule (the refit on every season has no validation to choose by).
+    keep: Literal["best", "last"] = "best"
+    # An exponential moving average of the weights over the optimiser's steps, with this decay
+    # per step, is what each epoch is judged and kept by; None = the weights as they are. It
+    # smooths the last steps' noise out of the answer (two trainings agree more closely).
+    ema_decay: float | None = Field(None, gt=0, lt=1)
+    # Rows weighted by recency, halving every this many years before the newest training year,
+    # so the model's base rate follows the newest seasons as the summit rate climbs; None =
+    # every row counts the same.
+    recency_half_life: float | None = Field(None, gt=0)
     seed: int = 42
     # The transformer is trained this many times, with seeds seed, seed + 1, …: the answer is
     # the calibrated mean of their logits, the band their lowest and highest P.

@@ -23,6 +23,16 @@ def no_progress(done: float, total: float, message: str) -> None:
     """The default: a stage run from a test or a script reports its progress to nobody."""
 
 
+def partial_progress(progress: Progress, before: float, total: float) -> Progress:
+    """One part of a longer piece of work: its (done, _, message) reported to `progress` as
+    (before + done, total, message)."""
+
+    def report(done: float, _part_total: float, message: str) -> None:
+        progress(before + done, total, message)
+
+    return report
+
+
 @contextmanager
 def not_exclusive(name: str) -> Iterator[None]:
     """The default: a stage run from a test or a script is the only one."""

@@ -53,16 +53,29 @@ TABULAR_INPUTS: tuple[ModelInput, ...] = (
     ModelInput("totmembers", "numeric", BD, "expeditions.totmembers (0 = not recorded)", True),
     ModelInput("heightm", "numeric", BD, "peaks.heightm", spec=True),
     ModelInput(
-        "route_success_rate", "numeric", BD, "members' summits on the route, earlier seasons", True
+        "route_success_rate",
+        "numeric",
+        BD,
+        "climbing members' summits on the route, earlier seasons",
+        True,
     ),
     ModelInput(
-        "peak_success_rate", "numeric", BD, "members' summits on the peak, earlier seasons", True
+        "peak_success_rate",
+        "numeric",
+        BD,
+        "climbing members' summits on the peak, earlier seasons",
+        True,
     ),
     ModelInput("staff_per_member", "numeric", BD, "expedition details: hired_staff / members"),
     ModelInput("days_at_base_camp", "numeric", PUSH, "D − expedition details' basecamp_date"),
     ModelInput(
-        "agency_success_rate", "numeric", BD, "members' summits with the agency, earlier seasons"
+        "agency_success_rate",
+        "numeric",
+        BD,
+        "climbing members' summits with the agency, earlier seasons",
     ),
+    ModelInput("day_of_year", "numeric", PUSH, "the push day D's day of the year"),
+    ModelInput("days_in_season", "numeric", PUSH, "D − the season's opening (Spring: 1 March …)"),
     ModelInput("nationality", "categorical", BD, "members.citizenship", spec=True),
     ModelInput("route1", "categorical", BD, "expeditions.route1", spec=True),
     ModelInput("himal", "categorical", BD, "peaks.himal", spec=True),
@@ -121,6 +134,9 @@ class InputSet:
 
 
 SPEC_INPUT_SET = InputSet.of(SPEC_INPUTS)
+# Where the push day falls in the calendar: a planned day outside the range the training rows
+# cover (a day outside every season the model learnt) is answered with a note saying so.
+CALENDAR_INPUTS: tuple[str, ...] = ("day_of_year", "days_in_season")
 
 # A categorical input whose rare values fold into a broader shared token, and the column of the
 # features table (sql/features_tabular.sql) that names that token: a rarely climbed peak reads

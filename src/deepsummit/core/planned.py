@@ -93,13 +93,17 @@ WEATHER_COLUMNS: tuple[str, ...] = WEATHER_VARIABLES  # each an array of WINDOW_
 KEY_COLUMNS: tuple[str, ...] = ("expid", "member_id", "year")
 AGE_RANGE = (1, 100)  # the ingest's range for member ages
 SEASONS = FIELDS_BY_NAME["season"].choices
-# HDB seasons by month; Winter is December to February and belongs to the December's year.
-SEASON_BY_MONTH = {
-    **dict.fromkeys((3, 4, 5), "Spring"),
-    **dict.fromkeys((6, 7, 8), "Summer"),
-    **dict.fromkeys((9, 10, 11), "Autumn"),
-    **dict.fromkeys((12, 1, 2), "Winter"),
+# The month each HDB season opens: a season runs three months from it. Winter opens in December
+# and belongs to the December's year.
+SEASON_OPENING_MONTH: dict[str, int] = {"Spring": 3, "Summer": 6, "Autumn": 9, "Winter": 12}
+SEASON_BY_MONTH: dict[int, str] = {
+    (opening + offset - 1) % 12 + 1: season
+    for season, opening in SEASON_OPENING_MONTH.items()
+    for offset in range(3)
 }
+# A recorded push date may lie this many months outside its season's three (a Spring expedition
+# summiting in early June, a Winter one leaving in November): beyond, the date is an error.
+SEASON_SLACK_MONTHS = 1
 
 
 def fields_of(*scopes: Scope) -> tuple[PlannedField, ...]:

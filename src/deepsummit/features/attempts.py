@@ -1,9 +1,11 @@
-"""Attempts: member rows with an expedition date, on any peak of the records.
+"""Attempts: every record with an outcome and an expedition date, on any peak of the records.
 
-A peak with weather from the source needs a complete window; a peak without any keeps its
-attempts with the weather absent (`has_weather` false). Every member row either becomes an
-attempt or is counted under the first reason that keeps it out (`attempt_candidates.reason`,
-totals in `attempt_exclusions`), so attempts + excluded = member rows.
+A record is a row of the members file, or a climbing member an expedition without member rows
+counts (sql/features_attempt_candidates.sql). A window with weather from the source needs to be
+complete; one without any day from the source keeps its attempts with the weather absent
+(`has_weather` false). Every candidate either becomes an attempt or is counted under the first
+reason that keeps it out (`attempt_candidates.reason`, totals in `attempt_exclusions`), so
+attempts + excluded = member rows + the members expedition records count.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import duckdb
 import polars as pl
 
 from deepsummit.core.config import FeaturesConfig
+from deepsummit.core.errors import PipelineError
+from deepsummit.core.inputs import WINDOW_DAYS
 from deepsummit.core.warehouse import query, registered, run
 from deepsummit.features.windows import compute_windows
 
@@ -26,13 +30,23 @@ EXCLUSION_REASONS: tuple[str, ...] = (
 )
 
 
+def newest_dated_year(con: duckdb.DuckDBPyConnection) -> int:
+    """The newest expedition year of a candidate that may become an attempt (dated, labelled,
+    on a known peak): where the split counts back from."""
+    candidates = con.table("attempt_candidates").filter("reason IS NULL")
+    newest = candidates.aggregate("max(year)").fetchall()[0][0]
+    if newest is None:
+        raise PipelineError("features: no record with an expedition date and an outcome")
+    return newest
+
+
 def build_attempts(
-    con: duckdb.DuckDBPyConnection, config: FeaturesConfig, source: str
+    con: duckdb.DuckDBPyConnection, config: FeaturesConfig, source: str, test_until: int
 ) -> pl.DataFrame:
-    """Build `attempt_candidates`, `weather_windows`, `attempts` and `attempt_exclusions` from
-    the clean tables and the weather of `source`; return the windows (one per (peakid, date)
-    any candidate needs)."""
-    run(con, "features_attempt_candidates")
+    """Build `weather_windows`, `attempts` and `attempt_exclusions` from `attempt_candidates`
+    (deepsummit/features/tabular.py `build_history` writes them) and the weather of `source`, no
+    attempt after `test_until`; return the windows (one per (peakid, date) any candidate
+    needs)."""
     targets = query(con, "features_window_targets")
     windows = compute_windows(con, targets, source)
     with registered(con, windows_frame=windows):
@@ -41,9 +55,9 @@ def build_attempts(
         con,
         "features_attempt_status",
         {
-            "source": source,
             "max_missing_days": config.max_missing_days,
-            "test_until": config.split.test_until,
+            "window_days": WINDOW_DAYS,
+            "test_until": test_until,
         },
     )
     run(con, "features_attempts")
@@ -51,7 +65,9 @@ def build_attempts(
 
 
 def exclusion_counts(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
-    """Member rows kept out of the attempts, per reason (reasons in test order)."""
-    counts = dict(con.table("attempt_exclusions").fetchall())
+    """Candidates kept out of the attempts, per reason (reasons in test order), whichever record
+    they come from."""
+    exclusions = con.table("attempt_exclusions")
+    counts = dict(exclusions.aggregate("reason, sum(members)::BIGINT", "reason").fetchall())
     order = {reason: position for position, reason in enumerate(EXCLUSION_REASONS)}
     return {reason: counts[reason] for reason in sorted(counts, key=lambda r: order.get(r, 99))}

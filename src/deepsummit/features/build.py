@@ -13,6 +13,7 @@ model is asked for it). `load_features` reads it back.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import shutil
 from dataclasses import dataclass
@@ -32,11 +33,15 @@ from deepsummit.contracts.snapshot import (
     SPLITS,
     WINDOWS_FILE,
 )
-from deepsummit.core.config import FeaturesConfig, Settings, SplitConfig
+from deepsummit.core.config import FeaturesConfig, Settings
 from deepsummit.core.context import RunContext
 from deepsummit.core.errors import PipelineError
 from deepsummit.core.warehouse import connect, frame_digest, query, registered, run
-from deepsummit.features.attempts import build_attempts, exclusion_counts
+from deepsummit.features.attempts import (
+    build_attempts,
+    exclusion_counts,
+    newest_dated_year,
+)
 from deepsummit.features.planned import planned_attempts
 from deepsummit.features.tabular import attempt_features, build_history, history_frames
 from deepsummit.features.validation import validate_features
@@ -55,6 +60,7 @@ class Exclusion:
     members summited: an exclusion that depends on the outcome shows here."""
 
     split: str
+    record: str  # "member" (a members file row) or "expedition" (a member its record counts)
     reason: str
     members: int
     summit_rate: float | None
@@ -65,7 +71,8 @@ class FeaturesReport:
     splits: dict[str, SplitFigures]
     excluded: dict[str, int]  # member rows kept out, by reason
     exclusions: tuple[Exclusion, ...]  # the same per split, with their summit rate
-    members: int  # member rows read = attempts + excluded
+    member_rows: int  # rows of the members file
+    expedition_members: int  # climbing members counted by expeditions without member rows
     digest: str  # content digest of the features table (features.parquet)
     snapshot_digest: str  # of everything in the snapshot folder (its name)
     directory: Path
@@ -86,34 +93,19 @@ class FeaturesReport:
             lines.append(f"  {name:<12}{figures.years:<12}{figures.attempts:>10,}{rate:>12}")
         lines += [
             "",
-            "  member rows excluded, by split and reason (summit rate of those rows):",
-            f"  {'split':<12}{'reason':<26}{'members':>10}{'summit rate':>13}",
+            "  members by split, record and reason they were kept out (summit rate of those rows):",
+            f"  {'split':<12}{'record':<12}{'reason':<26}{'members':>10}{'summit rate':>13}",
         ]
         for e in self.exclusions:
             rate = "-" if e.summit_rate is None else f"{e.summit_rate:.3f}"
-            lines.append(f"  {e.split:<12}{e.reason:<26}{e.members:>10,}{rate:>13}")
+            lines.append(f"  {e.split:<12}{e.record:<12}{e.reason:<26}{e.members:>10,}{rate:>13}")
         excluded = sum(self.excluded.values())
         lines += [
             "",
-            f"  {self.members:,} member rows = {self.rows:,} attempts + {excluded:,} excluded",
+            f"  {self.member_rows:,} member rows + {self.expedition_members:,} members counted by "
+            f"expedition records = {self.rows:,} attempts + {excluded:,} excluded",
         ]
         return "\n".join(lines)
-
-
-def _split_years(split: SplitConfig) -> dict[str, str]:
-    return {
-        "train": f"<= {split.train_until}",
-        "validation": f"{split.train_until + 1}-{split.validation_until}",
-        "test": f"{split.validation_until + 1}-{split.test_until}",
-    }
-
-
-def _split_params(split: SplitConfig) -> dict[str, int]:
-    return {
-        "train_until": split.train_until,
-        "validation_until": split.validation_until,
-        "test_until": split.test_until,
-    }
 
 
 def build_features(settings: Settings, context: RunContext) -> FeaturesReport:
@@ -122,23 +114,29 @@ def build_features(settings: Settings, context: RunContext) -> FeaturesReport:
     source = settings.weather.source
     with connect(settings.paths.warehouse) as con:
         build_history(con)
-        windows = build_attempts(con, config, source)
+        split = config.split.years(newest_dated_year(con))
+        windows = build_attempts(con, config, source, split.test_until)
         tabular = attempt_features(
             con, con.table("attempts").pl(), config.success_rate_prior_strength
         ).with_columns(weather_source=pl.lit(source))
         with registered(con, tabular_frame=tabular):
-            split = _split_params(config.split)
-            run(con, "features_table", {k: split[k] for k in ("train_until", "validation_until")})
+            run(
+                con,
+                "features_table",
+                {"train_until": split.train_until, "validation_until": split.validation_until},
+            )
         features = con.table("features").pl()
         excluded = exclusion_counts(con)
-        exclusions = query(con, "features_exclusions", _split_params(config.split))
-        members = con.table("members").aggregate("count(*)").fetchall()[0][0]
+        exclusions = query(con, "features_exclusions", dataclasses.asdict(split))
+        records = query(con, "features_record_counts").row(0, named=True)
         history = history_frames(con)
         test_keys = features.filter(pl.col("split") == "test")
         planned_test = planned_attempts(con, test_keys, source)
-    if members != features.height + sum(excluded.values()):
+    counted = records["member_rows"] + records["expedition_members"]
+    if counted != features.height + sum(excluded.values()):
         raise PipelineError(
-            f"features: {members} member rows but {features.height} attempts + "
+            f"features: {records['member_rows']} member rows + {records['expedition_members']} "
+            f"members counted by expedition records, but {features.height} attempts + "
             f"{sum(excluded.values())} excluded"
         )
     validate_features(features, context.run_dir)
@@ -148,7 +146,7 @@ def build_features(settings: Settings, context: RunContext) -> FeaturesReport:
     extra = {
         "digest": digest,
         "snapshot_digest": snapshot_digest,
-        "split": config.split.model_dump(),
+        "split": dataclasses.asdict(split),
         "success_rate_prior_strength": config.success_rate_prior_strength,
         "max_missing_days": config.max_missing_days,
     }
@@ -168,13 +166,13 @@ def build_features(settings: Settings, context: RunContext) -> FeaturesReport:
         by_split["train"],
         windows,
         inputs,
-        f"training split (years ≤ {config.split.train_until}) of features {digest[:12]}",
+        f"training split (years ≤ {split.train_until}) of features {digest[:12]}",
     )
     _write_folder(
         directory, features, preprocessor, windows, by_split, history, planned_test, reference
     )
 
-    years = _split_years(config.split)
+    years = split.describe()
     return FeaturesReport(
         splits={
             name: SplitFigures(years[name], frame.height, frame["label"].mean())
@@ -182,7 +180,7 @@ def build_features(settings: Settings, context: RunContext) -> FeaturesReport:
         },
         excluded=excluded,
         exclusions=tuple(Exclusion(**row) for row in exclusions.iter_rows(named=True)),
-        members=members,
+        **records,
         digest=digest,
         snapshot_digest=snapshot_digest,
         directory=directory,

@@ -1,7 +1,8 @@
 """Leak-free tabular features of attempts, past or planned, by one SQL step over history tables.
 
-`deepsummit/sql/features_history.sql` turns the clean tables into per-season history tables (members
-and summits per season, peak, route, agency and climber; the peaks' facts).
+`deepsummit/sql/features_history.sql` turns every record with an outcome (the attempt candidates)
+into per-season history tables (members and summits per season, peak, route, agency and climber;
+the peaks' facts).
 `deepsummit/sql/features_tabular.sql` reads the attempts from a relation named `attempt_input` (the
 columns of `ATTEMPT_INPUT_SCHEMA`) and everything else from those history tables. The features stage
 builds them from the warehouse; a registered model carries a frozen copy (`HISTORY_TABLES`), so
@@ -16,6 +17,7 @@ import polars as pl
 
 from deepsummit.core.errors import PipelineError
 from deepsummit.core.inputs import RARE_FOLDS, TABULAR_INPUTS
+from deepsummit.core.planned import SEASON_OPENING_MONTH
 from deepsummit.core.warehouse import query, registered, run
 
 # What an attempt says about itself: the expedition and the member as planned, and the
@@ -46,6 +48,10 @@ ATTEMPT_INPUT_SCHEMA: dict[str, pl.DataType] = {
 }
 ATTEMPT_KEYS: tuple[str, ...] = ("expid", "member_id", "year", "smtdate")
 TABULAR_FEATURES: tuple[str, ...] = tuple(i.name for i in TABULAR_INPUTS)
+# The month each season opens, as the relation deepsummit/sql/features_tabular.sql reads.
+SEASON_OPENINGS = pl.DataFrame(
+    {"season": list(SEASON_OPENING_MONTH), "month": list(SEASON_OPENING_MONTH.values())}
+)
 # The tables deepsummit/sql/features_tabular.sql reads besides the attempts: built by
 # deepsummit/sql/features_history.sql, and frozen into every registered model.
 HISTORY_TABLES: tuple[str, ...] = (
@@ -59,8 +65,10 @@ HISTORY_TABLES: tuple[str, ...] = (
 
 
 def build_history(con: duckdb.DuckDBPyConnection) -> None:
-    """The history tables, from the warehouse's clean tables (members, expeditions,
-    expedition_details, peaks)."""
+    """From the warehouse's clean tables: `attempt_candidates`, every record with an outcome
+    (the attempts are chosen among them: deepsummit/features/attempts.py), and the history
+    tables over them and the peaks."""
+    run(con, "features_attempt_candidates")
     run(con, "features_history")
 
 
@@ -89,6 +97,6 @@ def attempt_features(
     if missing:
         raise PipelineError(f"attempts to featurise lack column(s): {', '.join(missing)}")
     attempt_input = attempts.select(*ATTEMPT_INPUT_SCHEMA).cast(ATTEMPT_INPUT_SCHEMA)
-    with registered(con, attempt_input=attempt_input):
+    with registered(con, attempt_input=attempt_input, season_openings=SEASON_OPENINGS):
         features = query(con, "features_tabular", {"prior_strength": prior_strength})
     return features.select(*ATTEMPT_KEYS, *TABULAR_FEATURES, *RARE_FOLDS.values())

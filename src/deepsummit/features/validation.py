@@ -22,14 +22,18 @@ if TYPE_CHECKING:
 
 from deepsummit.contracts.snapshot import SPLITS
 
+# Where an attempt comes from: a row of the members file, or a climbing member an expedition
+# record counts (deepsummit/sql/features_attempt_candidates.sql).
+RECORDS: tuple[str, ...] = ("member", "expedition")
 # A split whose summit rate leaves these bounds means a broken join or label, not climbing.
 LABEL_RATE_BOUNDS: tuple[float, float] = (0.05, 0.95)
 # Never missing: keys, the label, and features every expedition and peak record carries.
 REQUIRED_COLUMNS: tuple[str, ...] = (
-    "expid", "member_id", "year", "smtdate", "weather_source", "has_weather", "split",
+    "expid", "member_id", "year", "smtdate", "weather_source", "record", "has_weather", "split",
     "label", "peakid", "season", "himal", "heightm",
 )  # fmt: skip
-# Missing now and then in the records (and then masked); mostly present all the same.
+# Missing now and then in a member's row (and then masked); mostly present all the same. A member
+# an expedition record counts has none of them.
 MOSTLY_PRESENT: dict[str, float] = {
     "age": 0.8,
     "sex": 0.95,
@@ -49,6 +53,10 @@ NUMERIC_RANGES: dict[str, tuple[float, float | None]] = {
     "staff_per_member": (0, None),
     "days_at_base_camp": (0, 120),
     "agency_success_rate": (0, 1),
+    "day_of_year": (1, 366),
+    # A push date lies in its season's three months or a month either side (the records stage
+    # quarantines others): from 31 days before the opening to 121 days after.
+    "days_in_season": (-31, 121),
 }
 
 
@@ -63,6 +71,7 @@ def features_schema() -> pa.DataFrameSchema:
         "year": pa.Column(pl.Int32),
         "smtdate": pa.Column(pl.Date),
         "weather_source": pa.Column(pl.String),
+        "record": pa.Column(pl.String, pa.Check.isin(RECORDS)),
         "has_weather": pa.Column(pl.Boolean),
         "split": pa.Column(pl.String, pa.Check.isin(SPLITS)),
         "label": pa.Column(pl.Boolean),
@@ -88,7 +97,12 @@ def feature_expectations() -> list[Expectation]:
         gx.expectations.ExpectColumnValuesToNotBeNull(column=name) for name in REQUIRED_COLUMNS
     ]
     expectations += [
-        gx.expectations.ExpectColumnValuesToNotBeNull(column=name, mostly=share)
+        gx.expectations.ExpectColumnValuesToNotBeNull(
+            column=name,
+            mostly=share,
+            row_condition='record=="member"',
+            condition_parser="pandas",
+        )
         for name, share in MOSTLY_PRESENT.items()
     ]
     expectations += [

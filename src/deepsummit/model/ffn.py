@@ -6,13 +6,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from deepsummit.model.ensemble import linear
+
 
 class SwiGLU(nn.Module):
-    def __init__(self, hidden_size: int, ffn_hidden_size: int) -> None:
+    def __init__(self, hidden_size: int, ffn_hidden_size: int, members: int = 1) -> None:
         super().__init__()
-        self.gate_proj = nn.Linear(hidden_size, ffn_hidden_size, bias=False)  # W₁
-        self.value_proj = nn.Linear(hidden_size, ffn_hidden_size, bias=False)  # W₂
-        self.output_proj = nn.Linear(ffn_hidden_size, hidden_size, bias=False)  # W₃
+        self.gate_proj = linear(hidden_size, ffn_hidden_size, members, bias=False)  # W₁
+        self.value_proj = linear(hidden_size, ffn_hidden_size, members, bias=False)  # W₂
+        self.output_proj = linear(ffn_hidden_size, hidden_size, members, bias=False)  # W₃
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # x: (B, S, H) → gate, value: (B, S, ffn_hidden) → (B, S, H).

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 
@@ -13,7 +14,7 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))  # γ: (H,)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # x: (B, S, H). Computed in float32 so bf16 autocast does not lose the mean of squares.
-        x32 = x.float()
-        rms = torch.sqrt(x32.pow(2).mean(dim=-1, keepdim=True) + self.eps)  # (B, S, 1)
-        return (x32 / rms).to(x.dtype) * self.weight  # (B, S, H)
+        # x: (B, S, H). Computed in float32 so bf16 autocast does not lose the mean of squares;
+        # torch's fused kernel computes the formula above in one pass.
+        normalised = F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps)
+        return normalised.to(x.dtype) * self.weight  # (B, S, H)

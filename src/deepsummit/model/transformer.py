@@ -1,9 +1,11 @@
-"""DeepSummitTransformer: [CLS] + T_tab tabular + T_w weather tokens (+ modality) → encoder → logit
-(shape symbols: deepsummit/model/config.py).
+"""DeepSummitTransformer: [CLS] + T_tab tabular + T_w weather tokens (+ modality) → encoder →
+one logit per ensemble member (shape symbols: deepsummit/model/config.py).
 
 A weather token with no value at all (a day without data; every token of an attempt whose peak
 has no weather) is absent: attention reads no key of it, so an attempt without weather is
-answered from its tabular tokens alone, in training and in serving alike."""
+answered from its tabular tokens alone, in training and in serving alike. A batch in which no
+row has any weather is therefore encoded without the weather positions at all: the same logits
+for half the work (the trainer groups such rows into their own batches)."""
 
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ class DeepSummitTransformer(nn.Module):
             config.n_tabular_tokens, config.weather_scale_tokens, config.hidden_size
         )
         self.encoder = TransformerEncoder(config)
-        self.head = ClassificationHead(config.hidden_size, config.dropout)
+        self.head = ClassificationHead(config.hidden_size, config.dropout, config.ensemble_size)
 
     def forward(
         self,
@@ -43,22 +45,29 @@ class DeepSummitTransformer(nn.Module):
         day_of_year: torch.Tensor,  # (B, T_w) float32
         return_attention: bool = False,
     ) -> torch.Tensor | tuple[torch.Tensor, list[torch.Tensor]]:
-        """Logits (B,); with `return_attention`, also each layer's weights (B, n_h, S, S)."""
+        """The members' logits (B, k); with `return_attention`, also each layer's weights
+        (B, n_h, S, S)."""
         tabular = self.tabular_tokenizer(
             numeric, numeric_missing, categorical, binary, binary_missing
         )  # (B, T_tab, H)
-        weather_tokens = self.weather_tokenizer(
-            weather, weather_missing, days_before, day_of_year
-        )  # (B, T_w, H)
         cls = self.cls_token.expand(tabular.shape[0], -1, -1)  # (B, 1, H)
-        sequence = torch.cat([cls, tabular, weather_tokens], dim=1) + self.modality()  # (B, S, H)
+        weather_present = ~weather_missing.all(dim=-1)  # (B, T_w)
+        if weather_present.any() or return_attention:
+            weather_tokens = self.weather_tokenizer(
+                weather, weather_missing, days_before, day_of_year
+            )  # (B, T_w, H)
+            tokens = torch.cat([cls, tabular, weather_tokens], dim=1)  # (B, S, H)
+        else:
+            tokens = torch.cat([cls, tabular], dim=1)  # (B, 1 + T_tab, H): nothing to mask
+            weather_present = weather_present[:, :0]
+        sequence = tokens + self.modality()[: tokens.shape[1]]
         present = torch.cat(
             [
                 torch.ones(cls.shape[0], 1 + tabular.shape[1], dtype=torch.bool, device=cls.device),
-                ~weather_missing.all(dim=-1),  # (B, T_w)
+                weather_present,
             ],
             dim=1,
         )  # (B, S)
-        encoded, attention = self.encoder(sequence, present, return_attention)  # (B, S, H)
-        logits = self.head(encoded)  # (B,)
+        encoded, attention = self.encoder(sequence, present, return_attention)  # (B·k, 1, H)
+        logits = self.head(encoded).view(-1, self.config.ensemble_size)  # (B, k)
         return (logits, attention) if return_attention else logits

@@ -19,10 +19,12 @@ from pandera.errors import SchemaErrors
 
 from deepsummit.core.errors import PipelineError
 
+# HDB season 0 (Unknown) is not among SEASONS: rejected.
+from deepsummit.core.planned import SEASON_OPENING_MONTH, SEASON_SLACK_MONTHS, SEASONS
+
 ROW = "_row"
 PARSE_ERROR = "_parse_error"
 
-SEASONS = ("Spring", "Summer", "Autumn", "Winter")  # HDB season 0 (Unknown) is rejected
 COORD_SOURCES = ("published", "parent-summit", "geocoded", "geocoded-suspect", "empty")
 SEXES = ("M", "F")
 FIRST_YEAR = 1900
@@ -158,10 +160,22 @@ class ExpeditionsModel(pa.DataFrameModel):
     def unique_key(cls, data: pa.PolarsData) -> pl.LazyFrame:
         return _first_of_key(data, ("expid", "year"))
 
-    @pa.dataframe_check(error="smtdate not in the expedition's year (or the next, for winter)")
+    @pa.dataframe_check(
+        error=f"smtdate outside its season (the season's three months and {SEASON_SLACK_MONTHS} "
+        "month either side)"
+    )
     def summit_date_in_season(cls, data: pa.PolarsData) -> pl.LazyFrame:
-        offset = pl.col("smtdate").dt.year() - pl.col("year")
-        return data.lazyframe.select(pl.col("smtdate").is_null() | offset.is_between(0, 1))
+        month = pl.col("season").replace_strict(SEASON_OPENING_MONTH, default=None)
+        opening = pl.date(pl.col("year"), month, 1)
+        first = opening.dt.offset_by(f"-{SEASON_SLACK_MONTHS}mo")
+        after = opening.dt.offset_by(f"{3 + SEASON_SLACK_MONTHS}mo")
+        date = pl.col("smtdate")
+        return data.lazyframe.select(date.is_null() | ((date >= first) & (date < after)))
+
+    @pa.dataframe_check(error="smtmembers > totmembers: more summiters than climbing members")
+    def summiters_among_members(cls, data: pa.PolarsData) -> pl.LazyFrame:
+        both = pl.col("smtmembers").is_not_null() & pl.col("totmembers").is_not_null()
+        return data.lazyframe.select(~both | (pl.col("smtmembers") <= pl.col("totmembers")))
 
 
 class ExpeditionDetailsModel(pa.DataFrameModel):

@@ -18,7 +18,12 @@ import pandas as pd
 import polars as pl
 import torch
 
-from deepsummit.contracts.arrays import FeatureArrays, seed_logits, to_tensors
+from deepsummit.contracts.arrays import (
+    FeatureArrays,
+    ensemble_logit,
+    member_logits,
+    to_tensors,
+)
 from deepsummit.contracts.artifact import ModelArtifact
 from deepsummit.core.inputs import WEATHER_VARIABLES, WINDOW_DAYS, WINDOW_SCALES
 from deepsummit.features.tabular import attempt_features, register_history
@@ -68,8 +73,8 @@ def token_importance(model: DeepSummitTransformer, arrays: FeatureArrays) -> np.
 class Scored:
     """The model's answer per request row (NaN and an `error` where a row could not be scored)."""
 
-    probability: np.ndarray  # calibrated, of the seeds' mean logit
-    low: np.ndarray  # the lowest and highest calibrated probability of the seeds
+    probability: np.ndarray  # calibrated, of the ensemble members' mean probability
+    low: np.ndarray  # the lowest and highest calibrated probability of the members
     high: np.ndarray
     weather_used: list[bool | None]  # whether any weather reached the model (None: not scored)
     errors: list[str | None]
@@ -134,17 +139,24 @@ def score(artifact: ModelArtifact, request: pd.DataFrame, top_tokens: int = 0) -
         rows = features["window_id"].cast(pl.Int64).to_numpy()
         arrays = artifact.preprocessor.transform(features, windows, ("window_id", "smtdate"))
         inputs = arrays.model_inputs()
-        logits = seed_logits(artifact.networks, inputs)
-        seeds = artifact.calibrator.probabilities(logits)
-        probability[rows] = artifact.calibrator.probabilities(logits.mean(axis=0))
-        low[rows], high[rows] = seeds.min(0), seeds.max(0)
+        logits = member_logits(artifact.networks, inputs)
+        members = artifact.calibrator.probabilities(logits)
+        probability[rows] = artifact.calibrator.probabilities(ensemble_logit(logits))
+        low[rows], high[rows] = members.min(0), members.max(0)
         with_weather = ~arrays.weather_missing.all(axis=(1, 2))
         unknown = artifact.preprocessor.unknown_notes_by_row(features)
+        calendar = artifact.preprocessor.calendar_notes_by_row(features)
         new_agency = _new_agency_notes(artifact, features)
         for position, row in enumerate(rows):
             weather_used[row] = bool(with_weather[position])
             absent = "" if with_weather[position] else WEATHER_ABSENT_NOTE
-            found = [notes[row], absent, *unknown[position], new_agency[position]]
+            found = [
+                notes[row],
+                absent,
+                *unknown[position],
+                *calendar[position],
+                new_agency[position],
+            ]
             notes[row] = "; ".join(filter(None, found))
         if top_tokens:
             names = (*artifact.preprocessor.inputs.names, *weather_token_names())

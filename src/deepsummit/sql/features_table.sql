@@ -1,7 +1,8 @@
--- The features table: the tabular features (registered as `tabular_frame`), the label from
--- `attempts`, the weather window key (peakid, smtdate, weather_source), whether the peak has
--- weather from that source at all, and the time split by expedition year, so every member of
--- an expedition falls on the same side.
+-- The features table: the tabular features (registered as `tabular_frame`), the label and the
+-- record it comes from (a member row, or a member an expedition record counts) from `attempts`,
+-- the weather window key (peakid, smtdate, weather_source), whether the window has weather from
+-- that source, and the time split by expedition year, so every member of an expedition falls on
+-- the same side.
 CREATE OR REPLACE TABLE features AS
 SELECT
     f.expid,
@@ -9,6 +10,7 @@ SELECT
     f.year,
     f.smtdate,
     f.weather_source,
+    a.record,
     a.has_weather,
     CASE
         WHEN f.year <= $train_until THEN 'train'

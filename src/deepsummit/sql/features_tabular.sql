@@ -19,6 +19,10 @@
 -- is what the records mean by Sherpa staff.
 -- Oxygen: the expedition's plan (o2_planned) feeds both oxygen tokens; oxygen_used, recorded
 -- after the climb, is carried for the retrospective profile only.
+-- The calendar: the push day's day of the year, and its days since the season opened (the
+-- first of the month `season_openings` names, registered from deepsummit/core/planned.py; a
+-- push before the opening counts negative), so a peak without weather still tells its days
+-- apart.
 WITH peak_facts AS (
     SELECT
         peakid,
@@ -37,11 +41,13 @@ input AS (
     SELECT
         a.*,
         p.height_band,
+        make_date(a.year, o.month, 1) AS season_opened,
         a.year * 4 + CASE a.season
             WHEN 'Spring' THEN 0 WHEN 'Summer' THEN 1 WHEN 'Autumn' THEN 2 WHEN 'Winter' THEN 3
         END AS season_rank
     FROM attempt_input AS a
     LEFT JOIN peak_facts AS p ON p.peakid = a.peakid
+    LEFT JOIN season_openings AS o ON o.season = a.season
 ),
 prior_rates AS (
     SELECT k.season_rank, sum(t.summits) / sum(t.members) AS rate
@@ -133,6 +139,8 @@ SELECT
     END AS days_at_base_camp,
     (ag.summits + $prior_strength * g.rate) / nullif(ag.members + $prior_strength, 0)
         AS agency_success_rate,
+    dayofyear(i.smtdate)::DOUBLE AS day_of_year,
+    (i.smtdate - i.season_opened)::DOUBLE AS days_in_season,
     -- categorical
     i.citizenship AS nationality,
     i.route1,

@@ -1,17 +1,19 @@
 """The MLflow registry side: register every trained model, move `@champion` only beyond noise,
 and load a registered version only when its files are the ones registered.
 
-The gate compares a new version with the champion on the same test rows: a paired bootstrap over
-expeditions of AUC(new) − AUC(champion) (deepsummit/train/bootstrap.py). The new version becomes
-champion only when the lower bound of that difference's 95% interval is above 0, or when there
-is no usable champion: none yet, or one that reads inputs known only after the climb (or does
-not say), or whose files fail their digest check. Retraining on unchanged data gives the same
-predictions, a difference of 0, and never moves the alias.
-
-The champion's predictions on the same rows come from its own run (`evaluation/
-test_predictions.parquet`) when it was scored on the same test split, else from loading it and
-scoring this run's test rows. A champion trained on another weather source is never fed this
-run's weather (the data contract forbids it): no automatic decision then. Every decision, the
+The gate compares recipes, each judged out of time. A registered version was refit on every
+season through its newest (deepsummit/train/stage.py), so it has learnt the rows any later test
+split holds; what the gate compares are the evaluation's predictions on held-out rows, which
+every version keeps in its run (`evaluation/test_predictions.parquet`): the new version's
+against the champion's, on the test rows both held out (all of them when the test split is the
+same; where the records moved on, the seasons both tests cover). A paired bootstrap over
+expeditions of AUC(new) − AUC(champion) (deepsummit/train/bootstrap.py) decides: the new
+version becomes champion only when the lower bound of that difference's 95% interval is above
+0, or when there is no usable champion: none yet, one that reads inputs known only after the
+climb (or does not say), or one that was never refit on its newest seasons (it records no
+`trained_through`). Retraining on unchanged data gives the same predictions, a difference of 0,
+and never moves the alias. A champion trained on another weather source, or whose held-out rows
+share too few with this run's, is not compared: no automatic decision then. Every decision, the
 difference and its interval are written on the new version (tags and description).
 """
 
@@ -36,10 +38,9 @@ from deepsummit.contracts.champion import (
     TAG_KNOWN_BY,
     TAG_REASON,
     TAG_TEST_DIGEST,
+    TAG_TRAINED_THROUGH,
     TAG_WEATHER_SOURCE,
-    ModelFilesChanged,
     current_champion,
-    load_verified,
 )
 from deepsummit.core.config import MlflowConfig
 from deepsummit.core.errors import PipelineError
@@ -51,6 +52,8 @@ from deepsummit.train.bootstrap import Interval, paired_auc_difference, replicat
 logger = logging.getLogger(__name__)
 
 PREDICTIONS_ARTIFACT = "evaluation/test_predictions.parquet"
+# Fewer shared held-out rows than this, or one outcome only among them: not compared.
+MIN_COMPARED_ROWS = 200
 
 
 @dataclass(frozen=True)
@@ -62,7 +65,7 @@ class Candidate:
     weather_source: str
     inputs_known_by: Known
     predictions: pl.DataFrame  # KEY_COLUMNS, label, probability (calibrated) per test row
-    test_input: pl.DataFrame  # KEY_COLUMNS + the test rows in the pyfunc's input layout
+    trained_through: str  # the newest season the registered model learnt from
 
 
 @dataclass(frozen=True)
@@ -74,23 +77,17 @@ class GateDecision:
 
 
 def _champion_predictions(
-    client: MlflowClient, config: MlflowConfig, champion: ModelVersion, candidate: Candidate
+    config: MlflowConfig, champion: ModelVersion, candidate: Candidate
 ) -> tuple[pl.DataFrame, str]:
-    """The champion's calibrated probabilities on the candidate's test rows, and how they were
-    obtained."""
-    if champion.tags.get(TAG_TEST_DIGEST) == candidate.test_digest:
-        local = mlflow.artifacts.download_artifacts(
-            run_id=champion.run_id,
-            artifact_path=PREDICTIONS_ARTIFACT,
-            tracking_uri=config.tracking_uri,
-        )
-        return pl.read_parquet(local), "its predictions on the same test split"
-    pyfunc = load_verified(config.tracking_uri, config.registered_model, str(champion.version))
-    scored = pyfunc.predict(candidate.test_input.drop(KEY_COLUMNS).to_pandas())
-    frame = candidate.test_input.select(KEY_COLUMNS).with_columns(
-        probability=pl.Series(scored["probability"].to_numpy(dtype=float))
+    """The champion's evaluation's calibrated probabilities on the held-out rows it shares with
+    the candidate's, and which rows those are."""
+    local = mlflow.artifacts.download_artifacts(
+        run_id=champion.run_id, artifact_path=PREDICTIONS_ARTIFACT, tracking_uri=config.tracking_uri
     )
-    return frame, "re-scored on this run's test split (the split changed)"
+    theirs = pl.read_parquet(local)
+    if champion.tags.get(TAG_TEST_DIGEST) == candidate.test_digest:
+        return theirs, "on the same test split, held out by both"
+    return theirs, "on the test rows both held out (the records moved on)"
 
 
 def decide(client: MlflowClient, config: MlflowConfig, candidate: Candidate) -> GateDecision:
@@ -117,6 +114,15 @@ def decide(client: MlflowClient, config: MlflowConfig, candidate: Candidate) -> 
             version,
             None,
         )
+    if TAG_TRAINED_THROUGH not in champion.tags:
+        return GateDecision(
+            True,
+            f"champion v{version} was never refit on its newest seasons (it records no "
+            f"{TAG_TRAINED_THROUGH}); this version learnt every season through "
+            f"{candidate.trained_through}",
+            version,
+            None,
+        )
     champion_source = champion.tags.get(TAG_WEATHER_SOURCE)
     if champion_source != candidate.weather_source:
         return GateDecision(
@@ -128,25 +134,28 @@ def decide(client: MlflowClient, config: MlflowConfig, candidate: Candidate) -> 
             None,
         )
     try:
-        theirs, basis = _champion_predictions(client, config, champion, candidate)
-    except ModelFilesChanged as error:
-        return GateDecision(True, f"{error}; replaced", version, None)
-    except Exception as error:  # any failure to load or run the champion: no auto-decision
-        logger.warning("champion v%s could not be scored: %s", version, error)
+        theirs, basis = _champion_predictions(config, champion, candidate)
+    except Exception as error:  # its predictions are gone: no automatic decision
+        logger.warning("champion v%s's held-out predictions could not be read: %s", version, error)
         return GateDecision(
             False,
-            f"champion v{version} could not be scored on this run's test split ({error}); "
+            f"champion v{version}'s held-out predictions could not be read ({error}); "
             f"@{alias} not moved (move it by hand if intended)",
             version,
             None,
         )
-    ours = candidate.predictions
-    paired = ours.join(
-        theirs.select(*KEY_COLUMNS, champion=pl.col("probability")), on=list(KEY_COLUMNS)
+    paired = candidate.predictions.join(
+        theirs.select(*KEY_COLUMNS, "label", champion=pl.col("probability")),
+        on=[*KEY_COLUMNS, "label"],
     )
-    if paired.height != ours.height:
-        raise PipelineError(
-            f"champion v{version}: predictions for {paired.height} of {ours.height} test rows"
+    if paired.height < MIN_COMPARED_ROWS or paired["label"].n_unique() < 2:
+        return GateDecision(
+            False,
+            f"champion v{version}'s evaluation shares {paired.height} held-out rows with this "
+            f"run's test split (at least {MIN_COMPARED_ROWS} of both outcomes are needed): not "
+            f"comparable; @{alias} not moved (move it by hand if intended)",
+            version,
+            None,
         )
     groups = paired.select(pl.format("{}/{}", "expid", "year")).to_series().to_numpy()
     difference = paired_auc_difference(
@@ -158,9 +167,9 @@ def decide(client: MlflowClient, config: MlflowConfig, candidate: Candidate) -> 
     promoted = difference.low > 0
     verdict = "beats" if promoted else "does not beat"
     reason = (
-        f"test AUC difference against champion v{version} {difference.render(4)}: {verdict} it "
-        f"beyond noise (promoted only when the 95% interval is above 0; {basis}; test split "
-        f"{candidate.test_digest[:12]})"
+        f"held-out AUC difference against champion v{version} {difference.render(4)} over "
+        f"{paired.height:,} rows: {verdict} it beyond noise (promoted only when the 95% "
+        f"interval is above 0; {basis}; test split {candidate.test_digest[:12]})"
     )
     return GateDecision(promoted, reason, version, difference)
 
@@ -208,6 +217,7 @@ def gate(client: MlflowClient, config: MlflowConfig, candidate: Candidate) -> Ga
         (TAG_TEST_DIGEST, candidate.test_digest),
         (TAG_WEATHER_SOURCE, candidate.weather_source),
         (TAG_KNOWN_BY, candidate.inputs_known_by.value),
+        (TAG_TRAINED_THROUGH, candidate.trained_through),
     ):
         client.set_model_version_tag(name, candidate.version, key, value)
     with tempfile.TemporaryDirectory() as folder:

@@ -1,12 +1,19 @@
-"""The train stage: features snapshot → trained, calibrated, compared, logged and gated model.
+"""The train stage: features snapshot → a recipe judged out of time, then the model that recipe
+trains on every season, registered and gated.
 
-One MLflow run per call: parameters, per-epoch metrics of every seed (live), the snapshot as a
-dataset input; the transformer trained `train.seeds` times and registered as their ensemble (the
-answer is the seeds' mean logit, their spread its band); every model (the transformer and both
-baselines, on identical inputs) calibrated on the validation split and compared on the test split
-with bootstrap intervals over expeditions (deepsummit/train/comparison.py); plots; the model
-artifact (deepsummit/contracts/artifact.py) logged as a pyfunc and registered; the champion gate
-decides (deepsummit/train/registry.py).
+One MLflow run per call: parameters, per-epoch metrics (live), the snapshot as a dataset input.
+
+1. The evaluation. The transformer (its ensemble members; `train.seeds` trainings of them) is
+   trained on the train split and validated on the next seasons, and judged with the baselines
+   (logistic regression, LightGBM, CatBoost, on identical inputs) on the newest seasons, the test
+   split: every model calibrated on the validation split, compared with bootstrap intervals over
+   expeditions (deepsummit/train/comparison.py), plots.
+2. The refit. The same recipe (architecture, training settings, the epochs the evaluation ran,
+   its calibration) trains on every season of the snapshot, through the newest: that is the
+   model registered (deepsummit/contracts/artifact.py), and the run records the newest season it
+   learnt from (`trained_through`).
+3. The gate compares recipes on held-out rows: the evaluation's test predictions against the
+   champion's own (deepsummit/train/registry.py), never a model on rows it learnt from.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
+import math
 import shutil
 import time
 from collections.abc import Callable
@@ -29,22 +37,28 @@ from mlflow import MlflowClient
 from mlflow.data.sources import LocalArtifactDatasetSource
 from sklearn.metrics import roc_auc_score
 
-from deepsummit.contracts.arrays import FeatureArrays, seed_logits
+from deepsummit.contracts.arrays import FeatureArrays, ensemble_probability, member_logits
 from deepsummit.contracts.artifact import ModelArtifact
 from deepsummit.contracts.calibration import Calibrator, Method
-from deepsummit.contracts.drift import DistributionProfile
+from deepsummit.contracts.monitor import training_profile
 from deepsummit.contracts.preprocessing import Preprocessor
 from deepsummit.contracts.snapshot import (
-    DRIFT_PROFILE_FILE,
     PLANNED_TEST_FILE,
     SNAPSHOT_FILE,
     load_features,
     load_history,
     read_features,
+    read_windows,
 )
 from deepsummit.core.config import Settings, TrainConfig
-from deepsummit.core.context import REGISTRY, Progress, RunContext, no_progress
-from deepsummit.core.planned import KEY_COLUMNS
+from deepsummit.core.context import (
+    REGISTRY,
+    Progress,
+    RunContext,
+    no_progress,
+    partial_progress,
+)
+from deepsummit.core.planned import KEY_COLUMNS, SEASONS
 from deepsummit.core.warehouse import frame_digest
 from deepsummit.train.baselines import ModelPredictions, run_baselines
 from deepsummit.train.bootstrap import weighted_auc
@@ -91,11 +105,12 @@ class TrainReport:
     weather_source: str
     digest: str  # the features table's content digest
     test_digest: str
-    rows: dict[str, int]  # attempts per split (train: the rows actually trained on)
+    rows: dict[str, int]  # attempts per split (train: the rows actually trained on), and refit
     seeds: tuple[int, ...]
-    best_epochs: tuple[int, ...]  # each seed's best epoch (the weights it keeps)
+    best_epochs: tuple[int, ...]  # each seed's best epoch in the evaluation (the refit runs it)
     epochs_run: tuple[int, ...]
     inputs: tuple[str, ...]
+    trained_through: str  # the newest season the registered model learnt from
 
     def epochs_note(self) -> str:
         """ "42, 43, 44 (best epochs 3/4, 4/4, 2/4)": each seed's best epoch of those run."""
@@ -111,7 +126,8 @@ class TrainReport:
                 f"features {self.digest[:12]}; {len(self.inputs)} tabular inputs",
                 "",
                 self.comparison.markdown(),
-                f"registered: the mean of seeds {self.epochs_note()}",
+                f"registered: seeds {self.epochs_note()}, refit on all {self.rows['refit']:,} "
+                f"attempts through {self.trained_through}",
                 f"{self.model_name} v{self.model_version} ({status}): {self.decision_reason}",
                 f"run:   {self.run_url}",
                 f"model: {self.model_url}",
@@ -127,6 +143,7 @@ class TrainingData:
     arrays: dict[str, FeatureArrays]
     preprocessor: Preprocessor
     snapshot: pl.DataFrame  # every attempt with its split (features.parquet)
+    windows: pl.DataFrame  # their weather windows
     rows: dict[str, pl.DataFrame]  # the snapshot's rows of each split, in the arrays' order
     digest: str  # of the whole snapshot table
     test_digest: str  # of its test rows: what the gate compares on
@@ -139,9 +156,14 @@ class TrainingData:
         if rows["test"].height != len(arrays["test"]):
             raise ValueError(f"{directory}: snapshot and test.npz disagree on the test rows")
         return cls(
-            directory, arrays, preprocessor, snapshot, rows,
+            directory, arrays, preprocessor, snapshot, read_windows(directory), rows,
             frame_digest(snapshot), frame_digest(rows["test"]),
         )  # fmt: skip
+
+    def training_arrays(self, config: TrainConfig) -> dict[str, FeatureArrays]:
+        """The splits' arrays, the train split's rows weighted by recency (`with_recency`)."""
+        years = self.rows["train"]["year"].to_numpy()
+        return {**self.arrays, "train": with_recency(self.arrays["train"], years, config)}
 
     @property
     def counts(self) -> dict[str, int]:
@@ -155,29 +177,45 @@ class TrainingData:
 def train_and_register(
     settings: Settings, context: RunContext, features_snapshot: Path
 ) -> TrainReport:
-    """Train on a features snapshot, compare with the baselines, log, register and gate."""
+    """Judge the recipe out of time, refit it on every season, register and gate."""
     data = TrainingData.read(features_snapshot)
     checkpoints = checkpoint_folder(settings, data)
     bound_requests(settings.mlflow)
     wait_for_tracking(settings.mlflow, "before training")
     mlflow.set_tracking_uri(settings.mlflow.tracking_uri)
     experiment = mlflow.set_experiment(settings.mlflow.experiment)
+    epochs = 2 * settings.train.seeds * settings.train.max_epochs  # evaluation, then refit
     with training_run(run_tags(settings, context, data)) as run:
         log_inputs(settings, data)
         results = train_seeds(
-            settings.train, settings.model, data.arrays,
-            data.preprocessor.model_dimensions(), checkpoints, context.progress,
+            settings.train,
+            settings.model,
+            data.training_arrays(settings.train),
+            data.preprocessor.model_dimensions(),
+            checkpoints,
+            partial_progress(context.progress, 0, epochs),
             guarded_epoch_log(settings.mlflow),
-        )  # fmt: skip
+        )
         comparison, calibrated = evaluate(settings, data, results, context.run_dir)
-        artifact = model_artifact(settings, data, results, comparison)
+        served = refit(
+            settings,
+            data,
+            results,
+            checkpoints / "refit",
+            partial_progress(context.progress, epochs // 2, epochs),
+            guarded_epoch_log(settings.mlflow),
+        )
+        mlflow.log_params({"trained_through": served.trained_through, "rows.refit": served.rows})
+        artifact = model_artifact(data, served, comparison)
         version = log_and_register(
             settings.mlflow,
             artifact.save(context.run_dir / "model"),
             planned_example(data),
             artifact,
         )
-        decision = gate_version(settings, context, data, str(version.version), calibrated)
+        decision = gate_version(
+            settings, context, data, str(version.version), calibrated, served.trained_through
+        )
     shutil.rmtree(checkpoints, ignore_errors=True)  # the model is safe in the registry now
     run_url, model_url = ui_links(
         settings.mlflow.tracking_uri,
@@ -200,12 +238,79 @@ def train_and_register(
         weather_source=data.preprocessor.weather_source,
         digest=data.digest,
         test_digest=data.test_digest,
-        rows={**data.counts, "train": results[0].train_rows},
+        rows={**data.counts, "train": results[0].train_rows, "refit": served.rows},
         seeds=tuple(r.seed for r in results),
         best_epochs=tuple(r.best_epoch for r in results),
         epochs_run=tuple(len(r.history) for r in results),
         inputs=data.preprocessor.inputs.names,
+        trained_through=served.trained_through,
     )
+
+
+@dataclass(frozen=True)
+class Refit:
+    """The evaluated recipe trained on every season of the snapshot: the model registered."""
+
+    results: list[TrainResult]
+    preprocessor: Preprocessor  # fitted on every season
+    rows: int
+    trained_through: str  # the newest season it learnt from, e.g. "2025 Spring"
+
+
+def refit(
+    settings: Settings,
+    data: TrainingData,
+    evaluation: list[TrainResult],
+    checkpoints: Path,
+    progress: Progress = no_progress,
+    epoch_log: Callable[[EpochRecord, str], None] = log_epoch,
+) -> Refit:
+    """Each seed trained again on every season, through the newest, for the epochs its
+    evaluation kept (the same schedule, so the same steps of it), with the preprocessing
+    refitted on every season. Nothing is held out, so nothing is judged here: the evaluation
+    judged the recipe."""
+    everything = data.snapshot
+    preprocessor = data.preprocessor.refit(everything, data.windows, trained_on="every season")
+    arrays = preprocessor.transform(everything, data.windows)
+    arrays = with_recency(arrays, everything["year"].to_numpy(), settings.train)
+    results = train_seeds(
+        settings.train,
+        settings.model,
+        {"train": arrays, "validation": None},
+        preprocessor.model_dimensions(),
+        checkpoints,
+        progress,
+        lambda record, prefix: epoch_log(record, f"refit_{prefix}"),
+        epochs={r.seed: r.best_epoch for r in evaluation},
+    )
+    return Refit(results, preprocessor, results[0].train_rows, newest_season(everything))
+
+
+def newest_season(rows: pl.DataFrame) -> str:
+    """ "2025 Spring": the newest (year, season) among `rows`."""
+    ranked = (
+        rows.select("year", "season")
+        .unique()
+        .with_columns(
+            rank=pl.col("year") * len(SEASONS)
+            + pl.col("season").replace_strict(
+                {season: i for i, season in enumerate(SEASONS)}, return_dtype=pl.Int64
+            )
+        )
+    )
+    year, season, _ = ranked.sort("rank").row(-1)
+    return f"{year} {season}"
+
+
+def with_recency(arrays: FeatureArrays, years: np.ndarray, config: TrainConfig) -> FeatureArrays:
+    """Rows weighted by how recent their year is: w = 0.5^((newest − year) / half-life), so
+    the model's base rate follows the newest seasons (`train.recency_half_life`; None: equal
+    weights). The weights are scaled to average 1, keeping the loss's scale."""
+    if config.recency_half_life is None:
+        return arrays
+    age = years.max() - years
+    weights = 0.5 ** (age / config.recency_half_life)
+    return dataclasses.replace(arrays, weight=(weights / weights.mean()).astype(np.float32))
 
 
 def checkpoint_folder(settings: Settings, data: TrainingData) -> Path:
@@ -297,25 +402,30 @@ def evaluate(
     return comparison, calibrated
 
 
-def model_artifact(
-    settings: Settings, data: TrainingData, results: list[TrainResult], comparison: Comparison
-) -> ModelArtifact:
-    """Everything a version needs to score a planned attempt (deepsummit/contracts/artifact.py)."""
-    inputs = data.preprocessor.inputs
+def model_artifact(data: TrainingData, served: Refit, comparison: Comparison) -> ModelArtifact:
+    """Everything the registered version needs to score a planned attempt
+    (deepsummit/contracts/artifact.py): the refit networks and preprocessing, the calibration
+    the evaluation chose, the history as of the snapshot's records, and every season's inputs
+    as the drift reference."""
+    inputs = served.preprocessor.inputs
     return ModelArtifact(
-        networks=[r.model for r in results],
-        seeds=[r.seed for r in results],
-        preprocessor=data.preprocessor,
+        networks=[r.model for r in served.results],
+        seeds=[r.seed for r in served.results],
+        preprocessor=served.preprocessor,
         calibrator=comparison.calibrators[TRANSFORMER],
         history=load_history(data.directory),
-        drift_reference=DistributionProfile.from_json(
-            (data.directory / DRIFT_PROFILE_FILE).read_text()
+        drift_reference=training_profile(
+            data.snapshot,
+            data.windows,
+            inputs,
+            f"every season through {served.trained_through} of features {data.digest[:12]}",
         ),
         metadata={
-            "weather_source": data.preprocessor.weather_source,
+            "weather_source": served.preprocessor.weather_source,
             "inputs": list(inputs.names),
             "inputs_known_by": inputs.latest_known.value,
-            "train_until": settings.features.split.train_until,
+            "trained_through": served.trained_through,
+            "evaluated_on": data.preprocessor.extra["split"],
             "features_digest": data.digest,
         },
     )
@@ -333,8 +443,10 @@ def gate_version(
     data: TrainingData,
     version: str,
     calibrated: dict[str, np.ndarray],
+    trained_through: str,
 ) -> GateDecision:
-    """The champion gate on the test rows (one gate at a time: one champion)."""
+    """The champion gate on the evaluation's held-out test rows (one gate at a time: one
+    champion)."""
     predictions = (
         data.rows["test"]
         .select("expid", "member_id", "year", "label")
@@ -350,7 +462,7 @@ def gate_version(
                 weather_source=data.preprocessor.weather_source,
                 inputs_known_by=data.preprocessor.inputs.latest_known,
                 predictions=predictions,
-                test_input=pl.read_parquet(data.directory / PLANNED_TEST_FILE),
+                trained_through=trained_through,
             ),
         )
     mlflow.set_tags(
@@ -366,16 +478,18 @@ def gate_version(
 def train_seeds(
     train_config: TrainConfig,
     hyperparameters: Any,
-    arrays: dict[str, FeatureArrays],
+    arrays: dict[str, FeatureArrays | None],
     dimensions: dict[str, Any],
     checkpoints: Path,
     progress: Progress = no_progress,
     epoch_log: Callable[[EpochRecord, str], None] = log_epoch,
+    epochs: dict[int, int] | None = None,
 ) -> list[TrainResult]:
     """The transformer trained once per seed (seed, seed + 1, …), each resumable from its own
     checkpoint folder; every epoch goes to `epoch_log` under `seed_<s>_` (by default the active
     MLflow run) and is counted in `progress` (epochs of all seeds; early stopping may end a
-    seed sooner)."""
+    seed sooner). `arrays["validation"]` None: nothing is judged, and each seed trains the
+    epochs `epochs` names for it (deepsummit/train/trainer.py)."""
     results = []
     planned = train_config.seeds * train_config.max_epochs
     for offset in range(train_config.seeds):
@@ -383,11 +497,11 @@ def train_seeds(
 
         def on_epoch_end(record: EpochRecord, seed: int = seed, offset: int = offset) -> None:
             epoch_log(record, f"seed_{seed}_")
+            judged = "" if math.isnan(record.val_auc) else f": validation AUC {record.val_auc:.4f}"
             progress(
                 offset * train_config.max_epochs + record.epoch,
                 planned,
-                f"seed {seed} ({offset + 1} of {train_config.seeds}), epoch {record.epoch}: "
-                f"validation AUC {record.val_auc:.4f}",
+                f"seed {seed} ({offset + 1} of {train_config.seeds}), epoch {record.epoch}{judged}",
             )
 
         results.append(
@@ -399,6 +513,7 @@ def train_seeds(
                 dimensions,
                 checkpoints / f"seed-{seed}",
                 on_epoch_end,
+                epochs=None if epochs is None else epochs[seed],
             )
         )
     for result in results:
@@ -426,16 +541,17 @@ def compare_with_seeds(
 def seed_spread(
     results: list[TrainResult], arrays: dict[str, FeatureArrays], calibrator: Calibrator
 ) -> SeedSpread:
-    """Each seed's validation and test AUC, and the mean width of their calibrated band on the
-    test rows (what `predict` shows as the band)."""
+    """Each seed's validation and test AUC, and the mean width of the band of every member's
+    calibrated probability on the test rows (what `predict` shows as the band)."""
     ones = np.ones((1, len(arrays["test"])))
-    networks = [r.model for r in results]
-    test = calibrator.probabilities(seed_logits(networks, arrays["test"].model_inputs()))
+    inputs = arrays["test"].model_inputs()
+    per_seed = [ensemble_probability(member_logits([r.model], inputs)) for r in results]
+    members = calibrator.probabilities(member_logits([r.model for r in results], inputs))
     return SeedSpread(
         tuple(r.seed for r in results),
         tuple(r.best_val_auc for r in results),
-        tuple(float(weighted_auc(arrays["test"].label, p, ones)[0]) for p in test),
-        float((test.max(0) - test.min(0)).mean()),
+        tuple(float(weighted_auc(arrays["test"].label, p, ones)[0]) for p in per_seed),
+        float((members.max(0) - members.min(0)).mean()),
     )
 
 
@@ -446,13 +562,12 @@ def replace_seed(train_config: TrainConfig, seed: int) -> TrainConfig:
 def transformer_predictions(
     results: list[TrainResult], arrays: dict[str, FeatureArrays]
 ) -> ModelPredictions:
-    """The ensemble's probabilities (the seeds' mean logit) on validation and test, with its
-    cost."""
+    """The ensemble's probabilities (its members' mean probability, over every seed) on
+    validation and test, with its cost."""
     networks = [r.model for r in results]
 
     def ensemble(rows: FeatureArrays) -> np.ndarray:
-        mean = seed_logits(networks, rows.model_inputs()).mean(axis=0)
-        return 1.0 / (1.0 + np.exp(-mean.astype(np.float64)))
+        return ensemble_probability(member_logits(networks, rows.model_inputs()))
 
     started = time.perf_counter()
     test = ensemble(arrays["test"])

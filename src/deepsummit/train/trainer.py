@@ -1,8 +1,9 @@
 """The trainer of the model spec (Part 7.3), resumable from a checkpoint written every epoch.
 
 AdamW (β from settings, weight decay only on the weights of linear maps), cosine decay after a
-linear warmup over the total number of steps, BCE on logits, gradient clipping, early stopping
-on validation AUC. Mixed precision only on CUDA, so the CPU path is exact and a run resumed
+linear warmup over the total number of steps, BCE on logits (each ensemble member's, averaged
+over the members and weighted by each row's weight), gradient clipping, early stopping on the
+ensemble's validation AUC. Mixed precision only on CUDA, so the CPU path is exact and a run resumed
 from a checkpoint ends with the same weights, bit for bit, as one that was never interrupted:
 the loader's shuffle is seeded per epoch and the global torch RNG (dropout, DropPath) is saved
 with every checkpoint.
@@ -26,14 +27,18 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from sklearn.metrics import roc_auc_score
 from torch import nn
+from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from deepsummit.contracts.arrays import FeatureArrays, autocast_for, batches, predict_proba
 from deepsummit.contracts.artifact import load_tensors, save_tensors
 from deepsummit.core.config import TrainConfig
 from deepsummit.core.errors import PipelineError
 from deepsummit.model.config import ModelConfig
+from deepsummit.model.ensemble import EnsembleLinear
+from deepsummit.model.tokenizer import quantile_bin_edges
 from deepsummit.model.transformer import DeepSummitTransformer
 
 logger = logging.getLogger(__name__)
@@ -89,10 +94,12 @@ def training_slice(arrays: FeatureArrays, max_rows: int | None, seed: int) -> Fe
 
 
 def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    """Decay only the weights of linear maps; norms, biases and embeddings get none."""
+    """Decay only the (shared) weights of linear maps; norms, biases, embeddings and the
+    ensemble members' adapters get none."""
     decayed: set[int] = set()
     for name, module in model.named_modules():
-        if isinstance(module, nn.Linear) and not any(part in name for part in NO_DECAY_MODULES):
+        linear = isinstance(module, nn.Linear | EnsembleLinear)
+        if linear and not any(part in name for part in NO_DECAY_MODULES):
             decayed.add(id(module.weight))
     parameters = [p for p in model.parameters() if p.requires_grad]
     return [
@@ -122,43 +129,91 @@ def training_knobs(train_config: TrainConfig) -> dict[str, Any]:
     )
 
 
-def checkpoint_signature(config: ModelConfig, train_config: TrainConfig, train_rows: int) -> str:
-    """What a checkpoint must match to be resumed: architecture, training knobs, data size."""
+def checkpoint_signature(
+    config: ModelConfig, train_config: TrainConfig, train_rows: int, epochs: int | None = None
+) -> str:
+    """What a checkpoint must match to be resumed: architecture, training knobs, data size and
+    the epochs to run (None: the whole schedule)."""
     document = json.dumps(
-        {"model": asdict(config), "train": training_knobs(train_config), "rows": train_rows},
+        {
+            "model": asdict(config),
+            "train": training_knobs(train_config),
+            "rows": train_rows,
+            "epochs": epochs,
+        },
         sort_keys=True,
         default=str,
     )
     return hashlib.sha256(document.encode()).hexdigest()[:16]
 
 
-def _bce(labels: np.ndarray, probabilities: np.ndarray) -> float:
-    p = np.clip(probabilities, 1e-7, 1 - 1e-7)
-    return float(-np.mean(labels * np.log(p) + (1 - labels) * np.log(1 - p)))
+def numeric_bins(architecture: ModelConfig, train: FeatureArrays) -> dict[str, Any]:
+    """The bin edges piecewise-linear numeric embeddings read, from the training rows; none for
+    the spec's linear ones."""
+    if architecture.numeric_embedding != "piecewise":
+        return {"numeric_bin_edges": ()}
+    values, missing = torch.from_numpy(train.numeric), torch.from_numpy(train.numeric_missing)
+    return {"numeric_bin_edges": quantile_bin_edges(values, missing, architecture.numeric_bins)}
+
+
+def weighted_loss(
+    logits: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor
+) -> torch.Tensor:
+    """BCE of every member's logits (B, k) against the labels (B,), averaged over the members
+    (each member learns on its own, as in TabM) and over the rows by their weights (B,)."""
+    targets = labels.unsqueeze(1).expand_as(logits)
+    per_row = F.binary_cross_entropy_with_logits(logits, targets, reduction="none").mean(dim=1)
+    return (per_row * weights).sum() / weights.sum()
+
+
+def _judge(
+    model: nn.Module, validation: FeatureArrays | None, batch_size: int, device: torch.device
+) -> tuple[float, float]:
+    """(loss, AUC) of the ensemble's answer on the validation rows; NaN without any."""
+    if validation is None:
+        return math.nan, math.nan
+    p = np.clip(predict_proba(model, validation, batch_size, str(device)), 1e-7, 1 - 1e-7)
+    labels = validation.label
+    loss = float(-np.mean(labels * np.log(p) + (1 - labels) * np.log(1 - p)))
+    return loss, float(roc_auc_score(labels, p))
 
 
 def train_model(
     train_config: TrainConfig,
     architecture: ModelConfig,
     train: FeatureArrays,
-    validation: FeatureArrays,
+    validation: FeatureArrays | None,
     dimensions: dict[str, Any],
     checkpoint_dir: Path,
     on_epoch_end: EpochCallback | None = None,
+    epochs: int | None = None,
 ) -> TrainResult:
-    """Train (or resume from `checkpoint_dir/last.pt`) and return the best epoch's model."""
+    """Train (or resume from `checkpoint_dir/last.pt`) and return the kept epoch's model.
+
+    Without `validation` (a refit on every season) nothing is judged: the model trains the
+    first `epochs` epochs of the `max_epochs` schedule and keeps the last."""
     started = time.perf_counter()
     if train_config.num_threads:
         torch.set_num_threads(train_config.num_threads)
     device = resolve_device(train_config.device)
     train = training_slice(train, train_config.max_train_rows, train_config.seed)
-    if len(np.unique(validation.label)) < 2:
+    if validation is not None and len(np.unique(validation.label)) < 2:
         raise PipelineError("validation split has a single class: validation AUC is undefined")
+    if validation is None:
+        train_config = train_config.model_copy(update={"keep": "last"})
+    epochs = min(epochs or train_config.max_epochs, train_config.max_epochs)
 
-    config = architecture.with_inputs(dimensions)
+    config = architecture.with_inputs({**dimensions, **numeric_bins(architecture, train)})
     torch.manual_seed(train_config.seed)
     np.random.seed(train_config.seed)
     model = DeepSummitTransformer(config).to(device)
+    # The weights each epoch is judged and kept by: the model's, or their moving average.
+    averaged = (
+        AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(train_config.ema_decay))
+        if train_config.ema_decay
+        else None
+    )
+    judged = model if averaged is None else averaged.module
     optimizer = torch.optim.AdamW(
         parameter_groups(model, train_config.weight_decay),
         lr=train_config.learning_rate,
@@ -173,26 +228,27 @@ def train_model(
     scaler = torch.amp.GradScaler(
         "cuda", enabled=device.type == "cuda" and not torch.cuda.is_bf16_supported()
     )
-    loss_fn = nn.BCEWithLogitsLoss()
 
-    state = _TrainingState(signature=checkpoint_signature(config, train_config, len(train)))
+    state = _TrainingState(signature=checkpoint_signature(config, train_config, len(train), epochs))
     checkpoint = checkpoint_dir / CHECKPOINT_FILE
     if checkpoint.exists():
-        state = _resume(checkpoint, state, model, optimizer, scheduler, scaler)
+        state = _resume(checkpoint, state, model, averaged, optimizer, scheduler, scaler)
     resumed_from = state.epoch
+    patience = train_config.patience if train_config.keep == "best" else math.inf
 
-    while state.epoch < train_config.max_epochs and state.bad_epochs < train_config.patience:
+    while state.epoch < epochs and state.bad_epochs < patience:
         epoch_started = time.perf_counter()
         model.train()
         epoch_batches = batches(
-            train, train_config.batch_size, shuffle=True, seed=train_config.seed + state.epoch
+            train, train_config.batch_size, seed=train_config.seed + state.epoch
         )
         total_loss = 0.0
-        for inputs, labels in epoch_batches:
+        for inputs, labels, weights in epoch_batches:
             inputs = {k: v.to(device, non_blocking=True) for k, v in inputs.items()}
             labels = labels.to(device, non_blocking=True)
+            weights = weights.to(device, non_blocking=True)
             with autocast_for(device):
-                loss = loss_fn(model(**inputs).float(), labels)
+                loss = weighted_loss(model(**inputs).float(), labels, weights)
             optimizer.zero_grad(set_to_none=True)
             scaler.scale(loss).backward()
             scaler.unscale_(optimizer)
@@ -200,29 +256,29 @@ def train_model(
             scaler.step(optimizer)
             scaler.update()
             scheduler.step()
-            total_loss += loss.item() * len(labels)
+            if averaged is not None:
+                averaged.update_parameters(model)
+            total_loss += loss.item() * float(weights.sum())
 
-        val_probabilities = predict_proba(
-            model, validation, 4 * train_config.batch_size, str(device)
-        )
+        val_loss, val_auc = _judge(judged, validation, 4 * train_config.batch_size, device)
         record = EpochRecord(
             epoch=state.epoch + 1,
-            train_loss=total_loss / len(train),
-            val_loss=_bce(validation.label, val_probabilities),
-            val_auc=float(roc_auc_score(validation.label, val_probabilities)),
+            train_loss=total_loss / float(train.weight.sum()),
+            val_loss=val_loss,
+            val_auc=val_auc,
             learning_rate=scheduler.get_last_lr()[0],
             seconds=time.perf_counter() - epoch_started,
         )
-        state.advance(record, model)
+        state.advance(record, judged, keep_last=train_config.keep == "last")
         # What is left at the pace of this run's epochs so far (early stopping may end sooner).
         done_here = state.epoch - resumed_from
-        left = (train_config.max_epochs - state.epoch) * (time.perf_counter() - started) / done_here
+        left = (epochs - state.epoch) * (time.perf_counter() - started) / done_here
         logger.info(
             "seed %d epoch %d/%d  loss %.4f  val_loss %.4f  val_auc %.4f  lr %.2e  %.1fs"
             "  ETA %.0fs",
             train_config.seed,
             record.epoch,
-            train_config.max_epochs,
+            epochs,
             record.train_loss,
             record.val_loss,
             record.val_auc,
@@ -230,7 +286,9 @@ def train_model(
             record.seconds,
             left,
         )
-        save_tensors(checkpoint, state.checkpoint(model, optimizer, scheduler, scaler, device))
+        save_tensors(
+            checkpoint, state.checkpoint(model, averaged, optimizer, scheduler, scaler, device)
+        )
         if on_epoch_end is not None:
             on_epoch_end(record)
 
@@ -243,7 +301,7 @@ def train_model(
         history=tuple(state.history),
         best_epoch=state.best_epoch,
         best_val_auc=state.best_val_auc,
-        stopped_early=state.bad_epochs >= train_config.patience,
+        stopped_early=state.bad_epochs >= patience,
         resumed_from_epoch=resumed_from,
         train_rows=len(train),
         device=str(device),
@@ -264,16 +322,20 @@ class _TrainingState:
     best_state: dict[str, torch.Tensor] | None = None
     history: list[EpochRecord] | None = None
 
-    def advance(self, record: EpochRecord, model: nn.Module) -> None:
+    def advance(self, record: EpochRecord, model: nn.Module, keep_last: bool) -> None:
+        """Count the epoch; keep `model`'s weights when they are the best so far (or, with
+        `keep_last`, always: best_epoch is then the last)."""
         self.epoch = record.epoch
         self.history = [*(self.history or []), record]
-        if record.val_auc > self.best_val_auc:
+        if keep_last or record.val_auc > self.best_val_auc:
             self.best_val_auc, self.best_epoch, self.bad_epochs = record.val_auc, record.epoch, 0
             self.best_state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
         else:
             self.bad_epochs += 1
 
-    def checkpoint(self, model, optimizer, scheduler, scaler, device: torch.device) -> dict:
+    def checkpoint(
+        self, model, averaged, optimizer, scheduler, scaler, device: torch.device
+    ) -> dict:
         return {
             "signature": self.signature,
             "epoch": self.epoch,
@@ -283,6 +345,7 @@ class _TrainingState:
             "best_state": self.best_state,
             "history": [asdict(record) for record in self.history or []],
             "model": model.state_dict(),
+            "averaged": None if averaged is None else averaged.state_dict(),
             "optimizer": optimizer.state_dict(),
             "scheduler": scheduler.state_dict(),
             "scaler": scaler.state_dict(),
@@ -296,7 +359,7 @@ class _TrainingState:
 UNREADABLE_CHECKPOINT = (EOFError, OSError, RuntimeError, ValueError, pickle.UnpicklingError)
 
 
-def _resume(checkpoint: Path, fresh: _TrainingState, model, optimizer, scheduler, scaler):
+def _resume(checkpoint: Path, fresh: _TrainingState, model, averaged, optimizer, scheduler, scaler):
     try:
         saved = load_tensors(checkpoint)
     except UNREADABLE_CHECKPOINT as error:
@@ -310,6 +373,8 @@ def _resume(checkpoint: Path, fresh: _TrainingState, model, optimizer, scheduler
         logger.warning("%s belongs to another configuration; training from scratch", checkpoint)
         return fresh
     model.load_state_dict(saved["model"])
+    if averaged is not None:
+        averaged.load_state_dict(saved["averaged"])
     optimizer.load_state_dict(saved["optimizer"])
     scheduler.load_state_dict(saved["scheduler"])
     scaler.load_state_dict(saved["scaler"])
