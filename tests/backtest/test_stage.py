@@ -54,10 +54,20 @@ def test_every_fold_trains_and_every_held_out_row_is_scored(first, bundle_featur
         ("2018", False, None),
         ("2019", False, None),
     ]
-    held_out = features.filter(features["year"].is_in([2018, 2019])).height
-    assert sum(s.rows for s in report.seasons.seasons) == held_out
+    years = features.filter(features["year"].is_in([2018, 2019]))
+    held_out = years.filter(years["record"] == "member").height
+    assert sum(s.rows for s in report.seasons.seasons) == held_out  # the members file's seasons
     assert tuple(report.groups) == PEAK_GROUPS
     assert sum(table.rows for table in report.groups.values()) == held_out  # each row once
+    # The expeditions without member rows (Autumn and Winter 2019, a few of Spring 2018 and
+    # 2019) are judged by expedition; of their seasons only Autumn 2019 has enough of them.
+    expeditions = {s.season: s for s in report.expeditions.seasons}
+    assert [s for s, season in expeditions.items() if season.scored] == ["2019 Autumn"]
+    assert expeditions["2019 Autumn"].expeditions > 100
+    assert expeditions["2019 Winter"].note.startswith("not scored:")
+    assert sum(s.members for s in expeditions.values()) == years.height - held_out
+    for model in MODELS:
+        assert 0.5 < report.expeditions.within[model].estimate < 1.0
     assert report.groups[WEATHER_PEAKS].scored_seasons > 0
     assert report.groups[MOST_CLIMBED].scored_seasons > 0
     for model in MODELS:
@@ -82,6 +92,9 @@ def test_the_report_reaches_disk_and_mlflow(first, setup) -> None:
     assert "push_day_transformer_spearman" in run.data.metrics
     assert "By peak group" in text
     assert "backtest_weather_peaks_transformer_within_season_auc" in run.data.metrics
+    assert "Seasons of expedition records" in text
+    assert "backtest_expeditions_transformer_within_season_auc" in run.data.metrics
+    assert "backtest_expeditions_catboost_mean_p_gap" in run.data.metrics
 
 
 def test_a_rerun_trains_nothing_and_a_crash_resumes_at_the_next_fold(first, setup) -> None:
@@ -95,6 +108,20 @@ def test_a_rerun_trains_nothing_and_a_crash_resumes_at_the_next_fold(first, setu
     assert [o.cached for o in resumed.folds] == [True, False]
 
 
+def test_a_candidate_that_changes_the_transformer_reuses_the_baselines(first, setup) -> None:
+    """Another transformer trains its folds anew; the baselines' scores are read back."""
+    settings, snapshot = setup
+    candidate = settings.model_copy(
+        update={"train": settings.train.model_copy(update={"learning_rate": 2e-3})}
+    )
+    report = run_backtest(candidate, snapshot)
+    assert report.directory != first.report.directory
+    assert not any(o.cached for o in report.folds)
+    for model in ("LightGBM", "CatBoost", "logistic regression"):
+        assert report.seasons.within[model] == first.report.seasons.within[model]
+    assert report.seasons.within["transformer"] != first.report.seasons.within["transformer"]
+
+
 def test_a_fold_that_cannot_train_is_reported_not_dropped(setup) -> None:
     settings, snapshot = setup
     early = settings.model_copy(
@@ -106,3 +133,20 @@ def test_a_fold_that_cannot_train_is_reported_not_dropped(setup) -> None:
     )
     with pytest.raises(Exception, match="1900: no train rows"):
         run_backtest(early, snapshot)
+
+
+def test_a_refit_backtest_answers_with_the_recipe_refit_on_the_fold_s_every_season(
+    first, setup
+) -> None:
+    """backtest.refit: the test year answered as the registered model answers, by the recipe
+    refit through the year before; judged by the same map, beside the same baselines."""
+    settings, snapshot = setup
+    candidate = settings.model_copy(
+        update={"backtest": settings.backtest.model_copy(update={"refit": True})}
+    )
+    report = run_backtest(candidate, snapshot)
+    assert (report.directory.parent / "checkpoints" / "2019" / "refit").is_dir()
+    assert report.seasons.within["LightGBM"] == first.report.seasons.within["LightGBM"]
+    judged, refit = (r.held_out.sort("expid", "member_id", "year") for r in (first.report, report))
+    assert judged["label"].equals(refit["label"])
+    assert not judged["transformer"].equals(refit["transformer"])

@@ -42,7 +42,7 @@ from deepsummit.backtest.seasons import (
     choose_calibration,
     season_table,
 )
-from deepsummit.contracts.arrays import FeatureArrays, member_logits
+from deepsummit.contracts.arrays import FeatureArrays, ensemble_probability, member_logits
 from deepsummit.contracts.calibration import Calibrator
 from deepsummit.contracts.preprocessing import Preprocessor
 from deepsummit.contracts.snapshot import (
@@ -59,7 +59,7 @@ from deepsummit.features.groups import PEAK_GROUPS, peak_groups
 from deepsummit.train.baselines import CATBOOST, LIGHTGBM, LOGISTIC, run_baselines
 from deepsummit.train.comparison import TRANSFORMER, logit, slug
 from deepsummit.train.expeditions import ExpeditionTable, expedition_table
-from deepsummit.train.stage import train_seeds, transformer_predictions, with_recency
+from deepsummit.train.stage import refit, train_seeds, transformer_predictions, with_recency
 from deepsummit.train.trainer import training_knobs, training_slice
 
 logger = logging.getLogger(__name__)
@@ -145,6 +145,7 @@ def backtest_key(settings: Settings, snapshot: Path) -> str:
             "baselines": baselines_key(settings, snapshot),
             "model": dataclasses.asdict(settings.model),
             "train": training_knobs(settings.train),
+            "refit": settings.backtest.refit,
         }
     )
 
@@ -174,7 +175,7 @@ def run_backtest(
             inputs = fold_inputs(
                 fold, features, windows, template, settings.features.model_inputs()
             )
-            outcome = _run_fold(settings, inputs, candidates, template, baselines)
+            outcome = _run_fold(settings, inputs, windows, candidates, template, baselines)
             _write_fold(directory, outcome)
         outcomes.append(outcome)
         logger.info("backtest fold %s: %s", fold.name, outcome.skipped or "done")
@@ -213,10 +214,15 @@ class Scores:
 def _run_fold(
     settings: Settings,
     inputs: FoldInputs,
+    windows: pl.DataFrame,
     candidates: Candidates,
     template: Preprocessor,
     baselines: Path,
 ) -> FoldOutcome:
+    """Train and score one fold. The transformer is judged as the train stage judges it: the
+    map fitted on its validation rows; with `backtest.refit` its test rows and push days are
+    answered, as the registered model answers, by the same recipe refit on the fold's every
+    season (train and validation)."""
     started = time.perf_counter()
     fold = inputs.fold
     sizes = {part: len(a) for part, a in inputs.arrays.items()}
@@ -226,25 +232,42 @@ def _run_fold(
     train_config = settings.train
     years = inputs.rows["train"]["year"].to_numpy()
     arrays = {**inputs.arrays, "train": with_recency(inputs.arrays["train"], years, train_config)}
-    days, day_arrays = _push_day_rows(inputs, candidates, template)
-    results = train_seeds(
+    day_rows = _push_day_rows(inputs, candidates, template)
+    day_arrays = inputs.preprocessor.transform(day_rows, candidates.windows)
+    checkpoints = settings.backtest.output_dir / "checkpoints" / fold.name
+    evaluation = train_seeds(
         train_config,
         settings.model,
         arrays,
         inputs.preprocessor.model_dimensions(),
-        settings.backtest.output_dir / "checkpoints" / fold.name,
+        checkpoints,
         epoch_log=lambda record, prefix: None,
     )
-    transformer = transformer_predictions(results, arrays)
+    judged = transformer_predictions(evaluation, arrays)
+    answering, test, days = evaluation, arrays["test"], day_arrays
+    if settings.backtest.refit:
+        served = refit(
+            settings,
+            pl.concat([inputs.rows["train"], inputs.rows["validation"]]),
+            windows,
+            inputs.preprocessor,
+            evaluation,
+            checkpoints / "refit",
+            epoch_log=lambda record, prefix: None,
+        )
+        answering = served.results
+        test = served.preprocessor.transform(inputs.rows["test"], windows)
+        days = served.preprocessor.transform(day_rows, candidates.windows)
+    networks = [r.model for r in answering]
+
+    def answer(rows: FeatureArrays) -> np.ndarray:
+        return ensemble_probability(member_logits(networks, rows.model_inputs()))
+
+    held_out_answer = answer(test)
     scores = {
-        TRANSFORMER: Scores(
-            transformer.validation, transformer.test, transformer.predict(day_arrays)
-        ),
-        NO_WEATHER: Scores(
-            transformer.validation,
-            transformer.test,
-            transformer.predict(day_arrays.without_weather()),
-        ),
+        TRANSFORMER: Scores(judged.validation, held_out_answer, answer(days)),
+        # Only its push days are scored: the days' ranking with the weather masked.
+        NO_WEATHER: Scores(judged.validation, held_out_answer, answer(days.without_weather())),
         **_baseline_scores(arrays, day_arrays, inputs, train_config, baselines / fold.name),
     }
     columns = {}
@@ -255,9 +278,7 @@ def _run_fold(
         )
         columns[f"raw_{name}"] = scores[name].test
         columns[name] = calibrators[name].probabilities(logit(scores[name].test))
-    members = calibrators[TRANSFORMER].probabilities(
-        member_logits([r.model for r in results], arrays["test"].model_inputs())
-    )
+    members = calibrators[TRANSFORMER].probabilities(member_logits(networks, test.model_inputs()))
     held_out = (
         inputs.rows["test"]
         .select(HELD_OUT_KEYS)
@@ -266,13 +287,13 @@ def _run_fold(
             seed_spread=pl.Series(members.max(axis=0) - members.min(axis=0)),
         )
     )
-    push_days = days.with_columns(
+    push_days = day_rows.select(*PEAK_SEASON, "smtdate").with_columns(
         **{name: pl.Series(scores[name].push_days) for name in PUSH_DAY_SCORED}
     )
     summary = {
         "rows": sizes,
         "seconds": time.perf_counter() - started,
-        "epochs": [[r.best_epoch, len(r.history)] for r in results],
+        "epochs": [[r.best_epoch, len(r.history)] for r in evaluation],
     }
     return FoldOutcome(fold, held_out, push_days, summary, cached=False)
 
@@ -323,17 +344,14 @@ def _cannot_train(inputs: FoldInputs) -> str | None:
 
 def _push_day_rows(
     inputs: FoldInputs, candidates: Candidates, template: Preprocessor
-) -> tuple[pl.DataFrame, FeatureArrays]:
-    """The fold's test-year push-day candidate rows whose windows are complete (peak-season,
-    candidate day), and their arrays."""
+) -> pl.DataFrame:
+    """The fold's test-year push-day candidate rows (features rows, one per member and
+    candidate day) whose windows are complete."""
     allowed = int(template.extra.get("max_missing_days", 0))
     complete = candidates.windows.group_by("peakid", "date").agg(pl.col("missing_days").max())
     complete = complete.filter(pl.col("missing_days") <= allowed).select("peakid", smtdate="date")
-    rows = candidates.features.filter(pl.col("year") == inputs.fold.test_year).join(
+    return candidates.features.filter(pl.col("year") == inputs.fold.test_year).join(
         complete, on=["peakid", "smtdate"], maintain_order="left"
-    )
-    return rows.select(*PEAK_SEASON, "smtdate"), inputs.preprocessor.transform(
-        rows, candidates.windows
     )
 
 

@@ -183,7 +183,11 @@ class Preprocessor:
             values.reshape(-1, len(WEATHER_CHANNELS)),
             np.repeat(uses, tokens).astype(np.float64),
         )
-        calendar = [name for name in inputs.numeric if name in CALENDAR_INPUTS]
+        calendar = [
+            name
+            for name in inputs.numeric
+            if name in CALENDAR_INPUTS and train[name].drop_nulls().len()
+        ]
         return cls(
             inputs,
             vocabularies,

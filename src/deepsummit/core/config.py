@@ -281,6 +281,9 @@ class BacktestConfig(Section):
     # Scored and shown with a note, left out of the ordinary mean: they must not decide the
     # model alone.
     disaster_seasons: tuple[str, ...] = ("2014 Spring", "2015 Spring")
+    # Answer each test year as the registered model answers: the recipe refit on the fold's
+    # train and validation years (the map still fitted on the evaluation's validation rows).
+    refit: bool = False
     # Listed, not scored, with the reason.
     unscored_seasons: dict[str, str] = Field(
         default_factory=lambda: {"2020 Spring": "the pandemic", "2020 Autumn": "the pandemic"}

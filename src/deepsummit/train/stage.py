@@ -199,7 +199,9 @@ def train_and_register(
         comparison, calibrated = evaluate(settings, data, results, context.run_dir)
         served = refit(
             settings,
-            data,
+            data.snapshot,
+            data.windows,
+            data.preprocessor,
             results,
             checkpoints / "refit",
             partial_progress(context.progress, epochs // 2, epochs),
@@ -259,20 +261,21 @@ class Refit:
 
 def refit(
     settings: Settings,
-    data: TrainingData,
+    rows: pl.DataFrame,
+    windows: pl.DataFrame,
+    evaluated: Preprocessor,
     evaluation: list[TrainResult],
     checkpoints: Path,
     progress: Progress = no_progress,
     epoch_log: Callable[[EpochRecord, str], None] = log_epoch,
 ) -> Refit:
-    """Each seed trained again on every season, through the newest, for the epochs its
-    evaluation kept (the same schedule, so the same steps of it), with the preprocessing
-    refitted on every season. Nothing is held out, so nothing is judged here: the evaluation
-    judged the recipe."""
-    everything = data.snapshot
-    preprocessor = data.preprocessor.refit(everything, data.windows, trained_on="every season")
-    arrays = preprocessor.transform(everything, data.windows)
-    arrays = with_recency(arrays, everything["year"].to_numpy(), settings.train)
+    """Each seed trained again on `rows` (every season through the newest), for the epochs its
+    evaluation kept (the same schedule, so the same steps of it), with the evaluation's
+    preprocessing (`evaluated`) refitted on them. Nothing is held out, so nothing is judged
+    here: the evaluation judged the recipe."""
+    preprocessor = evaluated.refit(rows, windows, trained_on="every season")
+    arrays = preprocessor.transform(rows, windows)
+    arrays = with_recency(arrays, rows["year"].to_numpy(), settings.train)
     results = train_seeds(
         settings.train,
         settings.model,
@@ -283,7 +286,7 @@ def refit(
         lambda record, prefix: epoch_log(record, f"refit_{prefix}"),
         epochs={r.seed: r.best_epoch for r in evaluation},
     )
-    return Refit(results, preprocessor, results[0].train_rows, newest_season(everything))
+    return Refit(results, preprocessor, results[0].train_rows, newest_season(rows))
 
 
 def newest_season(rows: pl.DataFrame) -> str:
