@@ -1,12 +1,15 @@
 """The local services (`deepsummit up`) for tests: on free ports, every file under one folder.
 
-Used by tests/flows/test_services.py and tests/flows/test_alerts.py; never the default ports,
-so a `make train` left running beside the tests changes nothing.
+`services_stack`: one `up` for the session, shared by tests/services/test_supervisor.py and
+tests/services/test_alerts.py (each leaves it as it found it); never the default ports, so a
+`make train` left running beside the tests changes nothing.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -16,16 +19,47 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
 from flows_fixtures import as_environment, isolated_paths
 
 from deepsummit.core.config import PROJECT_ROOT, Settings, deep_merge, load_settings
 from deepsummit.services import supervisor as services
 
+# Ports below the kernel's ephemeral range (net.ipv4.ip_local_port_range, 32768-60999 by
+# default): no outgoing connection takes one between `free_port` and the server's bind, as one
+# could take a port that bind(0) handed out. Each pytest-xdist worker has a band of its own, so
+# two workers never hand out the same port, and a process walks its band from a random start,
+# so it never hands out one port twice.
+FIRST_PORT, BAND, BANDS = 20000, 1500, 8
+
+
+def _ports() -> Iterator[int]:
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")) % BANDS
+    low = FIRST_PORT + worker * BAND
+    start = random.randrange(BAND)
+    return itertools.cycle([*range(low + start, low + BAND), *range(low, low + start)])
+
+
+_PORTS = _ports()
+
 
 def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+    """A port of 127.0.0.1 that nothing listens on, and that this process has not handed out
+    recently."""
+    for port in itertools.islice(_PORTS, BAND):
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {FIRST_PORT}..{FIRST_PORT + BAND * BANDS}")
+
+
+# How long a test waits for a server to answer its health check: on a slow or busy machine a
+# Prefect server with a new database takes minutes, not the 10-30 s of a quiet one (the product's
+# 120 s is for a person watching `deepsummit up`); pytest-timeout still bounds the test.
+STARTUP_TIMEOUT_S = 600.0
 
 
 @dataclass
@@ -44,9 +78,17 @@ def running_services(
     merged = deep_merge(deep_merge(isolated_paths(root), {"services": ports}), overrides or {})
     settings = load_settings("tiny", merged)
     try:
-        yield RunningServices(settings, merged, services.up(settings))
+        yield RunningServices(settings, merged, services.up(settings, STARTUP_TIMEOUT_S))
     finally:
         services.down(settings)
+
+
+@pytest.fixture(scope="session")
+def services_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServices]:
+    """The servers and the worker, started once for the modules that share them (their
+    Prefect server starts in 10-30 s, the deployments and the worker take as long again)."""
+    with running_services(tmp_path_factory.mktemp("services")) as running:
+        yield running
 
 
 def deepsummit(overrides: dict[str, Any], *args: str) -> subprocess.CompletedProcess:

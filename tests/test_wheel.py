@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import sysconfig
@@ -18,16 +17,11 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from services_fixtures import free_port
 
 from deepsummit.core.config import PROJECT_ROOT, load_settings
 
 BUNDLE = load_settings().paths.data_dir
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -71,6 +65,9 @@ def test_the_installed_wheel_ingests_the_bundle_outside_the_repository(
     elsewhere.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DEEPSUMMIT_", "PREFECT_"))}
     env |= {"DEEPSUMMIT_SERVICES__PREFECT_PORT": str(free_port())}  # no server: a temporary one
+    # ...which may take longer than Prefect's default 20 s to start on a busy machine
+    startup = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"
+    env[startup] = os.environ[startup]
     imported = subprocess.run(
         [str(venv / "bin/python"), "-c", "import deepsummit; print(deepsummit.__file__)"],
         cwd=elsewhere, env=env, capture_output=True, text=True, check=True,

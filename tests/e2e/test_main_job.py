@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from e2e.ui_checks import check_mlflow_model, check_mlflow_run, check_prefect_fl
 from flows_fixtures import as_environment, isolated_paths, write_bundle_slice
 from mlflow import MlflowClient
 from openmeteo_server import OpenMeteoServer
+from services_fixtures import free_port
 
 from deepsummit.core.config import PROJECT_ROOT, Settings, load_settings
 from deepsummit.flows.resources import RESOURCES, source_asset
@@ -39,12 +39,9 @@ from deepsummit.services import supervisor as services
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
 PREFECT = str(Path(sys.executable).parent / "prefect")
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+# A command that runs a flow (outlook, weather) takes seconds on a quiet machine and minutes on a
+# busy one; pytest-timeout bounds the whole test.
+COMMAND_TIMEOUT_S = 600
 
 
 class Stack:
@@ -53,7 +50,7 @@ class Stack:
     def __init__(self, root: Path) -> None:
         overrides = isolated_paths(root)
         overrides["paths"]["data_dir"] = str(write_bundle_slice(root / "data"))
-        overrides["services"].update(prefect_port=_free_port(), mlflow_port=_free_port())
+        overrides["services"].update(prefect_port=free_port(), mlflow_port=free_port())
         mlflow_url = f"http://127.0.0.1:{overrides['services']['mlflow_port']}"
         overrides["mlflow"] = {"tracking_uri": mlflow_url}
         self.root = root
@@ -76,7 +73,8 @@ class Stack:
     def cli(self, *args: str) -> str:
         result = subprocess.run(
             [sys.executable, "-m", "deepsummit.cli.app", *args],
-            env=self.env, cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300,
+            env=self.env, cwd=PROJECT_ROOT, capture_output=True, text=True,
+            timeout=COMMAND_TIMEOUT_S,
         )  # fmt: skip
         assert result.returncode == 0, result.stdout + result.stderr
         return result.stdout

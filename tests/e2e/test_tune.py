@@ -12,7 +12,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -33,6 +32,7 @@ from prefect.client.schemas.filters import (
 )
 from prefect.client.schemas.objects import FlowRun
 from prefect.settings import PREFECT_API_AUTH_STRING, PREFECT_API_URL, temporary_settings
+from services_fixtures import STARTUP_TIMEOUT_S, free_port
 
 from deepsummit.core.config import PROJECT_ROOT, Settings, load_settings
 from deepsummit.services import supervisor as services
@@ -43,12 +43,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
 SECOND_WORKER = "worker-2"
 PREFECT = str(Path(sys.executable).parent / "prefect")
 TINY_SPACE = {"hidden_size": [16, 32], "num_layers": [1], "num_heads": [2], "batch_size": [64, 128]}
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _prefect(settings: Settings, *args: str) -> str:
@@ -83,7 +77,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Settings, 
     root = tmp_path_factory.mktemp("tune")
     overrides = isolated_paths(root)
     overrides["paths"]["data_dir"] = str(write_bundle_slice(root / "data"))
-    overrides["services"] |= {"prefect_port": _free_port(), "mlflow_port": _free_port()}
+    overrides["services"] |= {"prefect_port": free_port(), "mlflow_port": free_port()}
     overrides["train"]["num_threads"] = 1
     # A trial trains one seed; so does the final run here, so that it reproduces the trial's
     # validation AUC exactly (with more, it registers the best of its seeds).
@@ -99,7 +93,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Settings, 
     }
     settings = load_settings("tiny", overrides)
     try:
-        services.up(settings)  # servers, the local pool, every local deployment, one worker
+        # servers, the local pool, every local deployment, one worker
+        services.up(settings, STARTUP_TIMEOUT_S)
         command = [
             PREFECT, "worker", "start", "--pool", settings.services.work_pool,
             "--type", "process", "--name", f"{services.WORKER_NAME}-2",

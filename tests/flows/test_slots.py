@@ -113,13 +113,22 @@ def test_two_gates_at_once_leave_one_champion_the_better(
     labels = (rng.random(2000) < 0.5).astype(float)
     good = np.clip(0.5 + 0.3 * (labels - 0.5) + rng.normal(0, 0.2, labels.size), 0, 1)
     flat = np.full(labels.size, 0.5)
-    # Make the race certain: each gate pauses between reading the champion and moving it.
+    # Make the race certain: each gate pauses between reading the champion and moving it, and
+    # the better one starts while the worse one pauses (a fixed head start would not do: on a
+    # busy machine the first flow may take longer than that to reach its gate).
     decide = registry.decide
+    worse_deciding = threading.Event()
 
     def slow_decide(*args: Any, **kwargs: Any) -> Any:
         decision = decide(*args, **kwargs)
+        worse_deciding.set()
         time.sleep(2)
         return decision
+
+    def better_once_the_worse_decides() -> bool:
+        if not worse_deciding.wait(timeout=600):
+            raise AssertionError("the worse candidate's gate never decided")
+        return run_gate(_candidate(better, good, labels))
 
     monkeypatch.setattr(registry, "decide", slow_decide)
 
@@ -131,7 +140,7 @@ def test_two_gates_at_once_leave_one_champion_the_better(
     mlflow.set_tracking_uri(config.tracking_uri)
     _concurrently(
         lambda: run_gate(_candidate(worse, flat, labels)),
-        lambda: (time.sleep(0.5), run_gate(_candidate(better, good, labels)))[1],
+        better_once_the_worse_decides,
     )
     client = MlflowClient(config.tracking_uri)
     champion = client.get_model_version_by_alias(config.registered_model, "champion")

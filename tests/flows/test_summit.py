@@ -352,7 +352,8 @@ def test_weather_retries_never_retry_a_spent_quota() -> None:
     assert retry(None, None, Failed(data=QuotaExhausted("daily limit"))) is False
 
 
-def test_cache_inputs_follow_each_stage_s_own_declared_inputs(workspace) -> None:
+def test_cache_inputs_follow_each_stage_s_own_declared_inputs(runs, workspace) -> None:
+    """(`runs`: the keys of the stages after features read the snapshot the chain wrote.)"""
     overrides, settings = workspace
     epochs, split = copy.deepcopy(overrides), copy.deepcopy(overrides)
     epochs["train"]["max_epochs"] = 7

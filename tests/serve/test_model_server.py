@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ import mlflow
 import numpy as np
 import polars as pl
 import pytest
+from services_fixtures import free_port
 from training_fixtures import (
     TrainedRegistry,
     trained_registry_fixture,  # noqa: F401 (the fixture)
@@ -35,16 +35,10 @@ pytest_plugins = ["features_fixtures"]
 MLFLOW = str(Path(sys.executable).parent / "mlflow")
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def served(trained_registry: TrainedRegistry, tmp_path_factory) -> Iterator[str]:
     """The champion behind `mlflow models serve`; its base URL."""
-    port = _free_port()
+    port = free_port()
     log = tmp_path_factory.mktemp("serve") / "serve.log"
     env = {
         **os.environ,

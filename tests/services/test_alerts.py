@@ -19,13 +19,14 @@ from typing import Any
 
 import pytest
 from pydantic import ValidationError
-from services_fixtures import RunningServices, deepsummit, running_services
+from services_fixtures import RunningServices, deepsummit
 
-from deepsummit.core.config import PROJECT_ROOT, AlertsConfig, load_settings
+from deepsummit.core.config import PROJECT_ROOT, AlertsConfig, deep_merge, load_settings
 from deepsummit.services import alerts
 from deepsummit.services import supervisor as services
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+pytest_plugins = ["services_fixtures"]
 
 PREFECT = str(Path(sys.executable).parent / "prefect")
 WEBHOOK_PATH = "/hooks/T000/secret-token"  # a Slack webhook's path is its secret
@@ -74,12 +75,13 @@ def receiver() -> Iterator[Receiver]:
 
 
 @pytest.fixture(scope="module")
-def stack(
-    tmp_path_factory: pytest.TempPathFactory, receiver: Receiver
-) -> Iterator[RunningServices]:
-    overrides = {"alerts": {"webhook_url": receiver.url}}
-    with running_services(tmp_path_factory.mktemp("alerts"), overrides) as running:
-        yield running
+def stack(services_stack: RunningServices, receiver: Receiver) -> Iterator[RunningServices]:
+    """The session's services, with `alerts.webhook_url` pointing at the receiver applied by
+    `up`; the alerts are taken off again afterwards (an `up` without the URL)."""
+    overrides = deep_merge(services_stack.overrides, {"alerts": {"webhook_url": receiver.url}})
+    settings = load_settings("tiny", overrides)
+    yield RunningServices(settings, overrides, services.up(settings))
+    services.up(services_stack.settings)
 
 
 def _automations(stack: RunningServices) -> list[dict[str, Any]]:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
-from services_fixtures import free_port
+from services_fixtures import STARTUP_TIMEOUT_S, free_port
 
 from deepsummit.core.config import PROJECT_ROOT, load_settings
 from deepsummit.services import supervisor as services
@@ -51,7 +51,9 @@ def registry(tmp_path_factory: pytest.TempPathFactory):
             "MLFLOW_FLASK_SERVER_SECRET_KEY": "tests",
         },
     )
-    services._wait_healthy(settings, services.MLFLOW_SERVER, services.mlflow_healthy, 120)
+    services._wait_healthy(
+        settings, services.MLFLOW_SERVER, services.mlflow_healthy, STARTUP_TIMEOUT_S
+    )
     yield f"http://127.0.0.1:{port}"
     services.down(settings)
 

@@ -18,16 +18,18 @@ import time
 import urllib.error
 import urllib.request
 from base64 import b64encode
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from email.message import Message
 from pathlib import Path
 
 import pytest
-from services_fixtures import RunningServices, deepsummit, free_port, running_services
+from services_fixtures import RunningServices, deepsummit, free_port
 
 from deepsummit.core.config import Settings, load_settings
 from deepsummit.services import supervisor as services
 from deepsummit.services.prefect_api import PrefectApi
+
+pytest_plugins = ["services_fixtures"]
 
 DEFAULT_PORTS = (4200, 5000)
 EVIL_ORIGIN = "http://evil.example"
@@ -82,12 +84,29 @@ def _gone(pid: int) -> bool:
     return not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"
 
 
-def _wait_for(path: Path) -> list[int]:
-    for _ in range(100):
-        if path.exists() and path.read_text():
-            return [int(pid) for pid in path.read_text().split()]
+def _wait_until(condition: Callable[[], object], what: str, timeout_s: float = 60) -> None:
+    """Poll `condition` until it holds; fail naming `what` after `timeout_s` (a busy machine
+    takes seconds, not milliseconds, to start a Python child)."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not after {timeout_s:.0f} s")
         time.sleep(0.05)
-    raise AssertionError(f"{path} never written")
+
+
+def _wait_for(path: Path) -> list[int]:
+    _wait_until(lambda: path.exists() and path.read_text(), f"{path} written")
+    return [int(pid) for pid in path.read_text().split()]
+
+
+def _wait_exited(pid: int) -> None:
+    """Until our child `pid` has exited (and is reaped)."""
+
+    def exited() -> bool:
+        services._reap(pid)
+        return _gone(pid)
+
+    _wait_until(exited, f"pid {pid} exited")
 
 
 def test_stop_escalates_to_sigkill_and_takes_every_descendant(settings: Settings, tmp_path):
@@ -129,16 +148,9 @@ def test_a_server_whose_main_process_was_killed_is_reported_stopped_and_restarta
     command = [sys.executable, "-c", SERVER_WITH_WORKER, str(child_file), str(port)]
     leader = services.start_process(settings, services.MLFLOW_SERVER, command)
     (worker,) = _wait_for(child_file)
-    for _ in range(100):
-        if services.port_in_use("127.0.0.1", port):
-            break
-        time.sleep(0.05)
+    _wait_until(lambda: services.port_in_use("127.0.0.1", port), f"port {port} listening")
     os.kill(leader, signal.SIGKILL)
-    for _ in range(100):
-        services._reap(leader)
-        if _gone(leader):
-            break
-        time.sleep(0.05)
+    _wait_exited(leader)
 
     assert services.leftovers(settings, services.MLFLOW_SERVER) != []
     (mlflow,) = [s for s in services.status(settings) if s.name == services.MLFLOW_SERVER]
@@ -163,11 +175,7 @@ def test_up_clears_what_a_dead_main_process_left_before_it_checks_the_ports(
     leader = services.start_process(settings, services.MLFLOW_SERVER, command)
     (worker,) = _wait_for(child_file)
     os.kill(leader, signal.SIGKILL)
-    for _ in range(100):
-        services._reap(leader)
-        if _gone(leader):
-            break
-        time.sleep(0.05)
+    _wait_exited(leader)
     # A stranger on the Prefect port makes `up` stop right after the clean-up.
     with socket.socket() as stranger:
         stranger.bind(("127.0.0.1", settings.services.prefect_port))
@@ -192,11 +200,7 @@ def test_status_reports_a_dead_process_as_stopped(settings: Settings):
     pid = services.start_process(
         settings, services.MLFLOW_SERVER, [sys.executable, "-c", "import sys; sys.exit(0)"]
     )
-    for _ in range(100):
-        services._reap(pid)
-        if _gone(pid):
-            break
-        time.sleep(0.05)
+    _wait_exited(pid)
     (mlflow,) = [s for s in services.status(settings) if s.name == services.MLFLOW_SERVER]
     assert not mlflow.running and not mlflow.healthy
     assert "stopped" in mlflow.render()
@@ -255,10 +259,10 @@ def test_the_secret_is_made_once_and_readable_by_its_owner_only(settings: Settin
 # ---------------------------------------------------------------- the running servers
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServices]:
-    with running_services(tmp_path_factory.mktemp("services")) as running:
-        yield running
+@pytest.fixture
+def stack(services_stack: RunningServices) -> RunningServices:
+    """The session's servers and worker (shared with tests/services/test_alerts.py)."""
+    return services_stack
 
 
 def _http(

@@ -20,6 +20,7 @@ from mlflow.entities.model_registry import ModelVersion
 from deepsummit.contracts.artifact import ARTIFACT_NAME, files_digest
 from deepsummit.core.config import MlflowConfig
 from deepsummit.core.errors import PipelineError
+from deepsummit.core.http_retry import send
 
 # Tags every registered version carries (written before the gate runs).
 TAG_TEST_DIGEST = "test_split_digest"
@@ -57,14 +58,15 @@ def champion_version(config: MlflowConfig) -> ModelVersion:
 
 def registry_reachable(tracking_uri: str, timeout_s: float = 3.0) -> bool:
     """A file or database store is always there; a tracking server answers its health check
-    (asked quickly, so a stage that only reads from the registry does not hang on retries)."""
+    (asked quickly: a server that is down is not retried, so a stage that only reads from the
+    registry does not hang; a busy one's transient answers are)."""
     if not tracking_uri.startswith(("http://", "https://")):
         return True
     try:
-        with urllib.request.urlopen(f"{tracking_uri.rstrip('/')}/health", timeout=timeout_s):
-            return True
+        send(urllib.request.Request(f"{tracking_uri.rstrip('/')}/health"), timeout_s)
     except (urllib.error.URLError, OSError, ValueError):
         return False
+    return True
 
 
 def champion_file(config: MlflowConfig, relative: str) -> tuple[str, Path] | None:

@@ -35,6 +35,7 @@ import yaml
 
 from deepsummit.core.config import PROJECT_DIR_VARIABLE, PROJECT_ROOT, Settings
 from deepsummit.core.errors import PipelineError
+from deepsummit.core.http_retry import send
 from deepsummit.services import alerts
 from deepsummit.services.prefect_api import PrefectApi
 
@@ -359,11 +360,13 @@ def _wait_gone(pids: list[int], timeout_s: float) -> bool:
 
 
 def http_ok(url: str, timeout_s: float = 2.0) -> bool:
+    """`url` answers 2xx, once a busy server's transient answers are over; False when it
+    refuses, nothing answers, or the transient answers go on."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as response:
-            return 200 <= response.status < 300
+        status, _ = send(urllib.request.Request(url), timeout_s)
     except (urllib.error.URLError, OSError, ValueError):
         return False
+    return 200 <= status < 300
 
 
 def port_in_use(host: str, port: int) -> bool:
