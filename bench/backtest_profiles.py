@@ -1,14 +1,20 @@
-"""Candidate training profiles judged by the backtest, to choose the profile's hyperparameters
-and epoch count out of time instead of on one split.
+"""Candidate training profiles judged by the backtest, to choose the profile out of time instead
+of on one split.
 
-Each candidate is the profile plus dotted overrides. All run the same rolling-origin folds on
-one snapshot (deepsummit/backtest/run.py; each candidate's folds are cached under its own key,
-so a candidate already run costs nothing), and each is paired with the first candidate (the
-reference) on identical held-out rows: the transformer's mean within-season AUC over
-the ordinary seasons (one expedition bootstrap for all), its push-day Spearman (a bootstrap over
-the same peak-seasons), the out-of-time ECE of the calibration each would choose, the seeds'
-band, the epochs each seed ran and where its best was, and the minutes its folds took when
-they were trained (the cache keeps each fold's time).
+Each candidate is the profile plus dotted overrides (None unsets a value). All run the same
+rolling-origin folds on one snapshot (deepsummit/backtest/run.py; each candidate's folds are
+cached under its own key, so a candidate already run costs nothing, and the baselines' fold
+scores are shared), and each is paired with the first candidate (the reference: the profile as
+it was before the ensemble, the calendar and the refit) on identical held-out rows:
+
+- the member seasons (the members file, to Spring 2019): mean within-season AUC over the
+  ordinary seasons, one expedition bootstrap for every candidate;
+- the expedition-record seasons (Autumn 2019 on): mean within-season AUC of expedition success
+  and the mean gap between mean P and the summit fraction (deepsummit/train/expeditions.py);
+- the push-day Spearman (a bootstrap over the same peak-seasons);
+
+and beside them the members' band, where each seed's best epoch fell, and the minutes its folds
+took when they were trained. The boosted trees of the same folds are the last rows.
 
     .venv/bin/python bench/backtest_profiles.py --bundle /tmp/deepsummit-bundle --first 2016
 """
@@ -28,21 +34,41 @@ from deepsummit.backtest.push_days import summarise
 from deepsummit.backtest.run import HELD_OUT_KEYS, BacktestReport, run_backtest
 from deepsummit.backtest.seasons import season_table
 from deepsummit.contracts.snapshot import newest_features_dir
-from deepsummit.core.config import BacktestConfig, nested_overrides
+from deepsummit.core.config import BacktestConfig
+from deepsummit.train.baselines import CATBOOST, LIGHTGBM
 from deepsummit.train.comparison import TRANSFORMER, difference_name
+from deepsummit.train.expeditions import expedition_table
 
-# Each names its seed count, so that the table stays what it was when the profile's own changes.
-CANDIDATES: dict[str, dict[str, Any]] = {
-    "3 seeds, 3 epochs": {"train.seeds": 3},
-    "3 seeds, 6 epochs, patience 3": {"train.seeds": 3, "train.max_epochs": 6, "train.patience": 3},
-    "3 seeds, 6 epochs, patience 3, lr 1e-3": {
-        "train.seeds": 3,
-        "train.max_epochs": 6,
-        "train.patience": 3,
-        "train.learning_rate": 1e-3,
-    },
-    "5 seeds, 3 epochs": {"train.seeds": 5},
+# The extension inputs before the calendar joined them.
+WITHOUT_CALENDAR = ["agency_success_rate", "staff_per_member", "days_at_base_camp"]
+BEFORE = {  # the cpu profile before this comparison: five trainings of one network each
+    "train.seeds": 5,
+    "model.ensemble_size": 1,
+    "train.keep": "best",
+    "train.patience": 2,
+    "train.ema_decay": None,
+    "features.extra_inputs": WITHOUT_CALENDAR,
 }
+CANDIDATES: dict[str, dict[str, Any]] = {
+    "before: 5 seeds of 1 network, no calendar": BEFORE,
+    "1 training of 4 members, calendar (the profile)": {},
+    "1 training of 4 members, no calendar": {"features.extra_inputs": WITHOUT_CALENDAR},
+    "+ piecewise-linear numeric embeddings": {"model.numeric_embedding": "piecewise"},
+    "+ recency weights, half-life 5 years": {"train.recency_half_life": 5.0},
+    "refit on the validation years too": {"backtest.refit": True},
+}
+
+
+def nested(dotted: dict[str, Any]) -> dict[str, Any]:
+    """{"train.seeds": 5} → {"train": {"seeds": 5}}, None kept (it unsets the profile's value)."""
+    tree: dict[str, Any] = {}
+    for key, value in dotted.items():
+        node = tree
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return tree
 
 
 def main() -> None:
@@ -52,7 +78,8 @@ def main() -> None:
     )
     parser.add_argument("--profile", default="cpu")
     parser.add_argument("--first", type=int, default=2016, help="first test year")
-    parser.add_argument("--last", type=int, default=2019, help="last test year")
+    parser.add_argument("--last", type=int, help="last test year (default: the newest)")
+    parser.add_argument("--threads", type=int, help="torch and tree threads (default: torch's)")
     parser.add_argument(
         "--only", nargs="*", help="run these candidates (by name) besides the first"
     )
@@ -62,49 +89,76 @@ def main() -> None:
     names = [n for i, n in enumerate(CANDIDATES) if i == 0 or not args.only or n in args.only]
     reports: dict[str, BacktestReport] = {}
     for name in names:
-        settings = backtest_settings(
-            args.bundle,
-            args.profile,
-            {"first_test_year": args.first, "last_test_year": args.last},
-            nested_overrides(CANDIDATES[name]),
-        )
+        overrides = nested({**CANDIDATES[name], "train.num_threads": args.threads})
+        backtest = {
+            "first_test_year": args.first,
+            "last_test_year": args.last,
+            **overrides.pop("backtest", {}),
+        }
+        settings = backtest_settings(args.bundle, args.profile, backtest, overrides)
         reports[name] = run_backtest(settings, newest_features_dir(settings.features.features_dir))
+        print(f"{name}: done", flush=True)
     print(table(reports, settings.backtest))
 
 
 def table(reports: dict[str, BacktestReport], config: BacktestConfig) -> str:
     names = tuple(reports)
-    held_out = None
+    first = names[0]
+    trees = (LIGHTGBM, CATBOOST)
+    held_out = reports[first].held_out.select(*HELD_OUT_KEYS, *trees)
     for name, report in reports.items():
         frame = report.held_out.select(*HELD_OUT_KEYS, pl.col(TRANSFORMER).alias(name))
-        held_out = frame if held_out is None else held_out.join(frame, on=HELD_OUT_KEYS)
-    seasons = season_table(held_out, names, config.min_season_rows, config.disaster_seasons)
+        held_out = held_out.join(frame, on=HELD_OUT_KEYS)
+    models = (*names, *trees)
+    members = season_table(
+        held_out.filter(pl.col("record") == "member"),
+        models,
+        config.min_season_rows,
+        config.disaster_seasons,
+    )
+    expeditions = expedition_table(
+        held_out.filter(pl.col("record") == "expedition"),
+        models,
+        config.min_season_expeditions,
+        config.unscored_seasons,
+    )
     push_days = summarise(_paired_seasons(reports), names)
-    first = names[0]
     lines = [
-        f"{held_out.height:,} held-out rows, {seasons.scored_seasons} seasons scored; "
-        f"{len(push_days.seasons)} push-day peak-seasons. Paired differences are candidate − "
-        f"{first}.",
+        f"{held_out.height:,} held-out rows: {members.rows:,} of member seasons "
+        f"({members.scored_seasons} scored), the rest of {expeditions.scored_seasons} scored "
+        f"expedition-record seasons; {len(push_days.seasons)} push-day peak-seasons. Paired "
+        f"differences are candidate − {first}.",
         "",
-        "| candidate | within-season AUC | − first | push-day Spearman | − first "
-        "| ECE out of time (map) | seed band | best epoch / epochs run | fold min (when trained) |",
-        "| --- | --- | --- | --- | --- | --- | ---: | --- | ---: |",
+        "| candidate | member seasons: within-season AUC | − first | expedition seasons: "
+        "within-season AUC | − first | mean P gap | push-day Spearman | − first | band "
+        "| best epoch / epochs run | fold min (when trained) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | ---: | --- | ---: |",
     ]
-    for name, report in reports.items():
-        pairs = [tuple(p) for o in report.folds for p in o.summary.get("epochs", [])]
+    for name in models:
+        report = reports.get(name)
+        pairs = (
+            [tuple(p) for o in report.folds for p in o.summary.get("epochs", [])] if report else []
+        )
         last = sum(1 for best, ran in pairs if best == ran)
         ran = sorted({ran for _, ran in pairs})
-        chosen = report.calibration.chosen
-        minutes = sum(o.summary.get("seconds", 0.0) for o in report.folds) / 60
-        gain = _gain(seasons.differences, first, name)
-        push_gain = _gain(push_days.differences, first, name)
+        minutes = sum(o.summary.get("seconds", 0.0) for o in report.folds) / 60 if report else 0
+        push = (
+            (push_days.mean_spearman[name].render(), _gain(push_days.differences, first, name))
+            if report
+            else ("–", "")
+        )
         lines.append(
-            f"| {name} | {seasons.within_ordinary[name].render()} "
-            f"| {gain} "
-            f"| {push_days.mean_spearman[name].render()} "
-            f"| {push_gain} "
-            f"| {report.calibration.ece[chosen]:.3f} ({chosen}) | {report.seed_spread:.3f} "
-            f"| best = last in {last} of {len(pairs)}; ran {ran} | {minutes:.1f} |"
+            f"| {name} | {members.within_ordinary[name].render()} "
+            f"| {_gain(members.differences, first, name)} "
+            f"| {expeditions.within[name].render()} "
+            f"| {_gain(expeditions.differences, first, name)} "
+            f"| {expeditions.gap[name].render()} | {push[0]} | {push[1]} "
+            + (
+                f"| {report.seed_spread:.3f} | best = last in {last} of {len(pairs)}; ran {ran} "
+                f"| {minutes:.1f} |"
+                if report
+                else "| – | – | – |"
+            )
         )
     return "\n".join(lines)
 

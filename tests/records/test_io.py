@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import gzip
+import json
 from pathlib import Path
 
 import pytest
 from ingest_fixtures import http_folder  # noqa: F401 (fixture)
+from scripted_server import Answer, scripted_server
 
 from deepsummit.core.errors import SourceUnreadable
+from deepsummit.core.http_retry import DEFAULT_RETRY
 from deepsummit.records.io import read_bytes
 
 TEXT = b"peakid,pkname\nEVER,Everest\n"
@@ -55,3 +58,21 @@ def test_refused_connection_is_one_line() -> None:
     with pytest.raises(SourceUnreadable, match=r"127\.0\.0\.1:1/x\.csv: cannot fetch") as error:
         read_bytes("http://127.0.0.1:1/x.csv", timeout_s=5)
     assert "\n" not in str(error.value)
+
+
+def test_a_busy_server_is_asked_again() -> None:
+    """A records source behind a server that answers 503 twice: fetched on the third try."""
+    with scripted_server(Answer(503), Answer(503), Answer(200, body="a,b\n1,2")) as server:
+        data = read_bytes(f"{server.url}/members.csv", timeout_s=5)
+    assert json.loads(data) == "a,b\n1,2"
+    assert [r.path for r in server.received] == ["/members.csv"] * 3
+
+
+def test_a_server_busy_for_good_is_one_line_naming_it() -> None:
+    with (
+        scripted_server(Answer(503)) as server,
+        pytest.raises(SourceUnreadable, match=r"members\.csv.*503") as raised,
+    ):
+        read_bytes(f"{server.url}/members.csv", timeout_s=5)
+    assert "\n" not in str(raised.value)
+    assert len(server.received) == DEFAULT_RETRY.attempts

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from deepsummit.core.config import is_url
 from deepsummit.core.errors import SourceUnreadable
+from deepsummit.core.http_retry import send
 
 GZIP_MAGIC = b"\x1f\x8b"
 DEFAULT_TIMEOUT_S = 60.0
@@ -44,8 +45,8 @@ def _read_file(location: str) -> bytes:
 def _fetch(url: str, timeout_s: float) -> bytes:
     request = urllib.request.Request(url, headers={"User-Agent": "deepsummit-ingest"})
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:
-            return response.read()
+        _, data = send(request, timeout_s)  # a busy server's 429/502/503/504 are retried
+        return data
     except urllib.error.HTTPError as error:
         raise SourceUnreadable(url, f"HTTP {error.code} {error.reason}") from None
     except (urllib.error.URLError, TimeoutError, OSError) as error:
