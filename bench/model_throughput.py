@@ -1,113 +1,170 @@
-"""Forward+backward throughput of DeepSummitTransformer at batch 256 (random inputs).
+"""Training steps per second of DeepSummitTransformer, before and after the model's speed-ups,
+side by side in one run.
 
-Rows: the spec's base config and the `cpu` profile's model, on CPU (torch threads = 2 unless
---threads says otherwise) and, when CUDA is available, on the GPU in fp32 and under bf16 autocast.
-Prints a markdown table. Usage: .venv/bin/python bench/model_throughput.py [--steps N]
+"before" is the model package as a past commit wrote it (default 65663a7: per-feature Python
+loops in the tokenizer, every position through the last block, the RMSNorm by hand), read from
+git into a temporary package and fed batches as its trainer drew them (rows with and without
+weather mixed). "after" is the model of this checkout with its trainer's batches (rows without
+any weather in batches of their own, encoded without the weather positions). Both train on the
+same rows of a features snapshot (the cpu profile's batch size, AdamW, BCE, gradient clipping),
+with the same torch threads; the spec's base configuration is timed the same way.
+
+    .venv/bin/python bench/model_throughput.py --bundle /tmp/deepsummit-bundle [--threads 2]
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
+import importlib
+import subprocess
+import sys
+import tempfile
 import time
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
 
+import numpy as np
 import torch
+from _training import add_snapshot_options, bench_settings, snapshot_location
+from torch import nn
 
-from deepsummit.core.config import load_settings
-from deepsummit.core.inputs import WEATHER_CHANNELS
-from deepsummit.model.config import ModelConfig
+from deepsummit.contracts.arrays import FeatureArrays, batches, to_tensors
+from deepsummit.contracts.snapshot import load_features
+from deepsummit.core.config import PROJECT_ROOT, load_settings
 from deepsummit.model.summary import count_parameters
 from deepsummit.model.transformer import DeepSummitTransformer
+from deepsummit.train.trainer import weighted_loss
 
-BATCH_SIZE = 256
+BEFORE = "65663a7"  # the last commit before the batched tokenizer and the CLS-only last block
+MODEL_PACKAGE = "src/deepsummit/model"
 
-
-def random_batch(config: ModelConfig, device: torch.device) -> dict[str, torch.Tensor]:
-    """Inputs with the dtypes and shapes of FeatureArrays (docs/architecture.md), ~10% missing."""
-    b, s, v = BATCH_SIZE, config.n_weather_tokens, config.n_weather_vars
-    batch = {
-        "numeric": torch.randn(b, config.n_numeric),
-        "numeric_missing": torch.rand(b, config.n_numeric) < 0.1,
-        "categorical": torch.stack(
-            [torch.randint(0, size, (b,)) for size in config.categorical_cardinalities], dim=1
-        ),
-        "binary": torch.randint(0, 2, (b, config.n_binary)),
-        "binary_missing": torch.rand(b, config.n_binary) < 0.1,
-        "weather": torch.randn(b, s, v),
-        "weather_missing": torch.rand(b, s, v) < 0.1,
-        "days_before": torch.rand(b, s) * 90,
-        "day_of_year": torch.randint(1, 367, (b, s)).float(),
-    }
-    return {key: value.to(device) for key, value in batch.items()}
+Batch = tuple[dict[str, torch.Tensor], torch.Tensor]
 
 
-def time_steps(
-    config: ModelConfig, device: torch.device, bf16: bool, warmup: int, steps: int
-) -> float:
-    """Seconds per forward+backward step (loss = BCE with logits, grads zeroed each step)."""
-    torch.manual_seed(0)
-    model = DeepSummitTransformer(config).to(device).train()
-    batch = random_batch(config, device)
-    labels = torch.randint(0, 2, (BATCH_SIZE,), device=device).float()
-    autocast = (
-        torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
-    )
+def model_at(commit: str) -> tuple[type, type]:
+    """(DeepSummitTransformer, ModelConfig) as `commit` wrote them: its model package, read from
+    git into a temporary package of its own."""
+    names = subprocess.run(
+        ["git", "ls-tree", "--name-only", f"{commit}:{MODEL_PACKAGE}"],
+        cwd=PROJECT_ROOT, check=True, capture_output=True, text=True,
+    ).stdout.split()  # fmt: skip
+    package = f"model_{commit}"
+    root = Path(tempfile.mkdtemp()) / package
+    root.mkdir()
+    for name in names:
+        source = subprocess.run(
+            ["git", "show", f"{commit}:{MODEL_PACKAGE}/{name}"],
+            cwd=PROJECT_ROOT, check=True, capture_output=True, text=True,
+        ).stdout  # fmt: skip
+        (root / name).write_text(source.replace("deepsummit.model.", f"{package}."))
+    sys.path.insert(0, str(root.parent))
+    transformer = importlib.import_module(f"{package}.transformer")
+    config = importlib.import_module(f"{package}.config")
+    return transformer.DeepSummitTransformer, config.ModelConfig
 
-    def step() -> None:
-        model.zero_grad(set_to_none=True)
-        with autocast:
-            logits = model(**batch)
-        loss = torch.nn.functional.binary_cross_entropy_with_logits(logits.float(), labels)
+
+def mixed_batches(arrays: FeatureArrays, batch_size: int, seed: int) -> Iterator[Batch]:
+    """Batches as the trainer drew them before: one shuffle of every row."""
+    inputs = to_tensors(arrays.model_inputs())
+    labels = torch.from_numpy(arrays.label)
+    order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(seed))
+    for rows in order.split(batch_size):
+        yield {name: tensor[rows] for name, tensor in inputs.items()}, labels[rows]
+
+
+def grouped_batches(arrays: FeatureArrays, batch_size: int, seed: int) -> Iterator[Batch]:
+    """The trainer's batches now (deepsummit/contracts/arrays.py)."""
+    for inputs, labels, _ in batches(arrays, batch_size, seed):
+        yield inputs, labels
+
+
+def seconds_per_step(model: nn.Module, draw: Iterator[Batch], steps: int, warmup: int) -> float:
+    """Median seconds of a training step over `steps` batches, after `warmup` untimed ones."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model.train()
+    timings = []
+    for index, (inputs, labels) in enumerate(draw):
+        if index == warmup + steps:
+            break
+        started = time.perf_counter()
+        logits = model(**inputs)
+        logits = logits.reshape(len(labels), -1)  # (B,) before, (B, k) members now
+        loss = weighted_loss(logits, labels, torch.ones_like(labels))
+        optimizer.zero_grad(set_to_none=True)
         loss.backward()
-
-    for _ in range(warmup):
-        step()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(steps):
-        step()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return (time.perf_counter() - start) / steps
+        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        if index >= warmup:
+            timings.append(time.perf_counter() - started)
+    return float(np.median(timings))
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads on CPU")
-    parser.add_argument("--warmup", type=int, default=1, help="untimed steps per row")
-    parser.add_argument("--steps", type=int, default=4, help="timed steps per row")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_snapshot_options(parser)
+    parser.add_argument("--before", default=BEFORE, help="the commit to compare with")
+    parser.add_argument("--steps", type=int, default=30, help="timed steps per row")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed steps per row")
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-
-    cpu_profile = load_settings("cpu").model
-    base = ModelConfig(n_weather_vars=len(WEATHER_CHANNELS))  # the arrays' 16 channels
-    configs = {
-        "base (spec)": base,
-        f"cpu profile (H={cpu_profile.hidden_size}, L={cpu_profile.num_layers})": (
-            cpu_profile.with_inputs({"n_weather_vars": base.n_weather_vars})
+    settings = bench_settings(args)
+    arrays, preprocessor = load_features(snapshot_location(args, settings))
+    train = arrays["train"]
+    dimensions = preprocessor.model_dimensions()
+    batch_size = settings.train.batch_size
+    steps_per_epoch = -(-len(train) // batch_size)
+    old_transformer, old_config = model_at(args.before)
+    cpu = settings.model.with_inputs(dimensions)
+    knobs = {
+        name: getattr(cpu, name)
+        for name in ("hidden_size", "num_layers", "num_heads", "dropout", "attention_dropout")
+    } | {"drop_path_rate": cpu.drop_path_rate}
+    old_dimensions = {k: v for k, v in dimensions.items() if k != "numeric_bin_edges"}
+    base = load_settings("base").model.with_inputs(dimensions)
+    rows: list[tuple[str, Callable[[], nn.Module], Callable[[], Iterator[Batch]]]] = [
+        (
+            f"before ({args.before}): the cpu model",
+            lambda: old_transformer(old_config(**knobs, **old_dimensions)),
+            lambda: mixed_batches(train, batch_size, 0),
         ),
-    }
-    runs = [(torch.device("cpu"), False)]
-    if torch.cuda.is_available():
-        runs += [(torch.device("cuda"), False), (torch.device("cuda"), True)]
-
-    print(f"batch {BATCH_SIZE}, forward+backward, {args.warmup} warm-up + {args.steps} timed steps")
-    print(f"torch {torch.__version__}, CPU threads {torch.get_num_threads()}")
+        (
+            "after: the same model, one member",
+            lambda: DeepSummitTransformer(replace(cpu, ensemble_size=1)),
+            lambda: grouped_batches(train, batch_size, 0),
+        ),
+        (
+            f"after: the cpu profile ({cpu.ensemble_size} members)",
+            lambda: DeepSummitTransformer(cpu),
+            lambda: grouped_batches(train, batch_size, 0),
+        ),
+        (
+            f"before ({args.before}): the spec's base model",
+            lambda: old_transformer(old_config(**old_dimensions)),
+            lambda: mixed_batches(train, batch_size, 0),
+        ),
+        (
+            "after: the spec's base model",
+            lambda: DeepSummitTransformer(base),
+            lambda: grouped_batches(train, batch_size, 0),
+        ),
+    ]
+    print(
+        f"{len(train):,} training rows in batches of {batch_size} ({steps_per_epoch} steps an "
+        f"epoch); torch {torch.__version__}, {torch.get_num_threads()} CPU threads; median of "
+        f"{args.steps} timed steps after {args.warmup}"
+    )
     print()
-    print("| config | params | device | dtype | samples/s | ms/step |")
-    print("| --- | ---: | --- | --- | ---: | ---: |")
-    for name, config in configs.items():
-        params = count_parameters(DeepSummitTransformer(config))
-        for device, bf16 in runs:
-            seconds = time_steps(config, device, bf16, args.warmup, args.steps)
-            label = torch.cuda.get_device_name() if device.type == "cuda" else "cpu"
-            dtype = "bf16 autocast" if bf16 else "fp32"
-            print(
-                f"| {name} | {params:,} | {label} | {dtype} "
-                f"| {BATCH_SIZE / seconds:,.0f} | {seconds * 1000:,.1f} |",
-                flush=True,
-            )
+    print("| model | parameters | steps/s | s/step | s/epoch (estimate) |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    for name, build, draw in rows:
+        torch.manual_seed(0)
+        model = build()
+        seconds = seconds_per_step(model, draw(), args.steps, args.warmup)
+        print(
+            f"| {name} | {count_parameters(model):,} | {1 / seconds:.2f} | {seconds:.3f} "
+            f"| {seconds * steps_per_epoch:.0f} |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ def make_attention(seed: int = 0) -> MultiHeadAttention:
 def test_shapes_as_in_spec_table():
     attention = make_attention()
     x = torch.randn(3, 47, 16)
-    q = attention._split_heads(attention.q_proj(x), batch=3)
+    q = attention._split_heads(attention.q_proj(x))
     assert q.shape == (3, 4, 47, 4)  # (B, n_h, S, d_k)
     output, weights = attention(x, return_attention=True)
     assert output.shape == (3, 47, 16)  # (B, S, H)
@@ -69,30 +69,32 @@ def test_cls_only_gives_cls_exactly_what_the_full_layer_gives_it():
     torch.testing.assert_close(cls_only(x, present)[0], output, atol=1e-6, rtol=1e-5)
 
 
-def test_members_query_from_cls_through_their_own_adapters():
-    """With the members' path starting at CLS, each member asks its own query of the shared
-    keys and values: B·k rows out, member m's row computed with its adapters only."""
+def test_where_the_members_path_starts_each_member_attends_through_its_own_adapters():
+    """The first block of the members' path reads the B shared rows and gives B·k: member m's
+    row is the attention computed with W ⊙ (s_m r_mᵀ) for W^Q, W^K, W^V and W^O."""
     torch.manual_seed(0)
     members = 3
     attention = MultiHeadAttention(
         hidden_size=16, num_heads=4, dropout=0.0, cls_only=True, members=members,
-        tile_queries=True,
+        first_of_members=True,
     ).eval()  # fmt: skip
     x = torch.randn(2, 47, 16)
-    output, _ = attention(x)
+    present = torch.ones(2, 47, dtype=torch.bool)
+    present[1, 40:] = False
+    output, _ = attention(x, present)
     assert output.shape == (2 * members, 1, 16)  # (B·k, 1, H)
 
-    q_proj, out_proj = attention.q_proj, attention.out_proj
-    for member in range(members):
-        query = (x[:, :1] * q_proj.input_scale[member]) @ q_proj.weight.T
-        query = query * q_proj.output_scale[member]  # (B, 1, H), member m's W^Q
-        keys, values = attention.k_proj(x), attention.v_proj(x)  # shared
+    def member_map(layer, m, inputs):
+        return (inputs * layer.input_scale[m]) @ layer.weight.T * layer.output_scale[m]
+
+    for m in range(members):
+        query = member_map(attention.q_proj, m, x[:, :1])  # (B, 1, H)
+        keys, values = member_map(attention.k_proj, m, x), member_map(attention.v_proj, m, x)
         heads = []
         for head in range(4):
             cols = slice(4 * head, 4 * head + 4)
             scores = query[..., cols] @ keys[..., cols].transpose(1, 2) / math.sqrt(4)
+            scores = scores.masked_fill(~present[:, None, :], float("-inf"))
             heads.append(scores.softmax(-1) @ values[..., cols])
-        context = torch.cat(heads, dim=-1)
-        expected = (context * out_proj.input_scale[member]) @ out_proj.weight.T
-        expected = expected * out_proj.output_scale[member]
-        torch.testing.assert_close(output[member::members], expected, atol=1e-5, rtol=1e-5)
+        expected = member_map(attention.out_proj, m, torch.cat(heads, dim=-1))
+        torch.testing.assert_close(output[m::members], expected, atol=1e-5, rtol=1e-5)

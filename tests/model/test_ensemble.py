@@ -27,9 +27,22 @@ def test_each_member_is_its_own_rank_one_rescaling_of_the_shared_weight():
         torch.testing.assert_close(y[member::2], expected)
 
 
+def test_a_first_map_gives_each_member_its_row_from_the_shared_ones():
+    """Where the members' path starts the map reads B shared rows and gives B·k: member m's
+    row is what the member's own map gives the shared row, all in one product."""
+    torch.manual_seed(0)
+    first = EnsembleLinear(5, 3, members=2, first=True)
+    tiled = EnsembleLinear(5, 3, members=2)
+    tiled.load_state_dict(first.state_dict())
+    x = torch.randn(4, 7, 5)  # (B, S, in), shared by the members
+    y = first(x)
+    assert y.shape == (8, 7, 3)  # (B·k, S, out)
+    torch.testing.assert_close(y, tiled(tile_members(x, 2)))
+
+
 def test_members_start_apart_only_where_their_path_starts():
     torch.manual_seed(0)
-    first = EnsembleLinear(16, 8, members=4, random_signs=True)
+    first = EnsembleLinear(16, 8, members=4, first=True)
     later = EnsembleLinear(16, 8, members=4)
     assert set(first.input_scale.unique().tolist()) == {-1.0, 1.0}
     assert torch.equal(later.input_scale, torch.ones(4, 16))

@@ -58,7 +58,7 @@ def served(bundle_features):
 
 def _training_probability(artifact, arrays, report, keys: pl.DataFrame) -> np.ndarray:
     """What the training path gives the same rows (the snapshot's test arrays): the
-    calibrated mean of the seeds' logits."""
+    calibrated mean of the members' probabilities, over every seed's network."""
     test_rows = pl.read_parquet(report.directory / "features.parquet").filter(
         pl.col("split") == "test"
     )
@@ -66,8 +66,9 @@ def _training_probability(artifact, arrays, report, keys: pl.DataFrame) -> np.nd
         test_rows.with_row_index("i"), on=list(KEY_COLUMNS), how="left", maintain_order="left"
     )["i"].to_numpy()
     inputs = arrays["test"].subset(position).model_inputs()
-    seeds = [predict_logits(network, inputs) for network in artifact.networks]
-    return artifact.calibrator.probabilities(np.mean(seeds, axis=0))  # the seeds' mean logit
+    members = np.concatenate([predict_logits(network, inputs) for network in artifact.networks])
+    probability = (1 / (1 + np.exp(-members.astype(np.float64)))).mean(axis=0)
+    return artifact.calibrator.probabilities(np.log(probability / (1 - probability)))
 
 
 def test_serving_gives_the_training_probability_on_200_test_rows(served) -> None:
@@ -78,7 +79,7 @@ def test_serving_gives_the_training_probability_on_200_test_rows(served) -> None
     expected = _training_probability(artifact, arrays, report, rows.select(KEY_COLUMNS))
     np.testing.assert_allclose(scored.probability, expected, rtol=0, atol=1e-6)
     assert (scored.low <= scored.probability).all() and (scored.probability <= scored.high).all()
-    assert (scored.low < scored.high).any()  # two seeds, two answers
+    assert (scored.low < scored.high).any()  # two networks, two answers
 
 
 def test_a_bad_row_gets_its_own_error_and_the_others_are_scored(served) -> None:

@@ -62,10 +62,12 @@ def summary_markdown(report: Any, drift: Any) -> str:
         "",
         f"**Decision:** {report.decision_reason}",
         "",
-        f"Trained on {report.rows['train']:,} attempts, validated on "
-        f"{report.rows['validation']:,}; weather source `{report.weather_source}`; features "
-        f"`{report.digest[:12]}`; {len(report.inputs)} tabular inputs, all known before the "
-        f"push; the answer is the mean of seeds {report.epochs_note()}.",
+        f"Judged: trained on {report.rows['train']:,} attempts, validated on "
+        f"{report.rows['validation']:,}, tested on {report.rows['test']:,} (below); weather "
+        f"source `{report.weather_source}`; features `{report.digest[:12]}`; "
+        f"{len(report.inputs)} tabular inputs, all known by the push decision; seeds "
+        f"{report.epochs_note()}. Registered: the same recipe refit on all "
+        f"{report.rows['refit']:,} attempts, through {report.trained_through}.",
         "",
         report.comparison.markdown(),
         f"**{drift.render()}**" if drift.report and drift.report.warning() else drift.render(),

@@ -36,12 +36,12 @@ class ModelConfig:
     attention_dropout: float | None = None
     drop_path_rate: float = 0.1  # p_max of the linear schedule over layers
     # k members inside one network (BatchEnsemble, as TabM; deepsummit/model/ensemble.py). They
-    # share the tokenizers; the last `ensemble_layers` blocks run once per member, every linear
-    # map carrying each member's rank-1 adapters, and so do CLS's path through the last block
-    # and the head in any case. The answer is the members' mean probability, their spread its
-    # band. 1 = the spec's single network.
+    # share the tokenizers and the first L − ensemble_layers blocks; the last `ensemble_layers`
+    # blocks and the head run once per member, every linear map carrying each member's rank-1
+    # adapters. The answer is the members' mean probability, their spread its band. 1 = the
+    # spec's single network.
     ensemble_size: int = 1
-    ensemble_layers: int = 0
+    ensemble_layers: int = 1
     # How a numeric input becomes its token: "linear" is the spec's Linear_i(x_i); "piecewise"
     # encodes x_i over `numeric_bins` quantile bins of the training split first (Gorishniy et
     # al. 2022; deepsummit/model/tokenizer.py).
@@ -79,10 +79,10 @@ class ModelConfig:
             raise ValueError(
                 f"categorical cardinalities must be ≥ 1: {self.categorical_cardinalities}"
             )
-        if self.ensemble_size < 1 or not 0 <= self.ensemble_layers <= self.num_layers:
+        if self.ensemble_size < 1 or not 1 <= self.ensemble_layers <= self.num_layers:
             raise ValueError(
                 f"ensemble_size {self.ensemble_size} must be ≥ 1 and ensemble_layers "
-                f"{self.ensemble_layers} between 0 and num_layers {self.num_layers}"
+                f"{self.ensemble_layers} between 1 and num_layers {self.num_layers}"
             )
         if self.numeric_bin_edges and len(self.numeric_bin_edges) != self.n_numeric:
             raise ValueError(

@@ -6,11 +6,13 @@ adapters r_m (on the inputs) and s_m (on the outputs) and its own bias, so
 
     y_m = ((x ⊙ r_m) · Wᵀ) ⊙ s_m + b_m.
 
-The members travel in the batch axis: a batch of B rows becomes B·k rows (`tile_members`), row
-i belonging to member i mod k, so every other block (norms, attention, dropout) runs on them
-unchanged. As in TabM, the first map of the members' path starts its r_m as random signs (±1),
-so the members differ from the first step; every other adapter starts at ones, so the shared W
-learns one function rather than k sign-scrambled ones.
+The members travel in the batch axis: B rows become B·k rows, row i belonging to member i mod
+k, so every other block (norms, attention, dropout) runs on them unchanged. The maps where the
+members' path starts (`first`) read the B shared rows and give the B·k: their k members'
+weights W ⊙ r_mᵀ are stacked into one matrix, one product for all of them. As in TabM, those
+first maps start their r_m as random signs (±1), so the members differ from the first step;
+every other adapter starts at ones, so the shared W learns one function rather than k
+sign-scrambled ones.
 """
 
 from __future__ import annotations
@@ -39,14 +41,15 @@ class EnsembleLinear(nn.Module):
         out_features: int,
         members: int,
         bias: bool = True,
-        random_signs: bool = False,
+        first: bool = False,
     ) -> None:
         super().__init__()
         self.members = members  # k
+        self.first = first  # reads the B shared rows, gives B·k
         self.weight = nn.Parameter(torch.empty(out_features, in_features))  # W, shared
         nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))  # nn.Linear's initialisation
         r = torch.ones(members, in_features)
-        if random_signs:
+        if first:
             r = torch.randint(0, 2, (members, in_features)).float() * 2 - 1
         self.input_scale = nn.Parameter(r)  # r: (k, in)
         self.output_scale = nn.Parameter(torch.ones(members, out_features))  # s: (k, out)
@@ -63,26 +66,40 @@ class EnsembleLinear(nn.Module):
         return rows.view(x.shape[0], *([1] * (x.ndim - 2)), adapter.shape[-1])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # x: (B·k, …, in) → (B·k, …, out)
-        y = F.linear(x * self._per_row(self.input_scale, x), self.weight)
+        # x: (B, …, in) for a first map, else (B·k, …, in) → (B·k, …, out)
+        if self.first:
+            out_features = self.weight.shape[0]
+            # The k members' weights W ⊙ r_mᵀ stacked: (k · out, in), one product for all.
+            stacked = (self.weight[None] * self.input_scale[:, None, :]).flatten(0, 1)
+            y = F.linear(x, stacked).unflatten(-1, (self.members, out_features))  # (B, …, k, out)
+            y = y.movedim(-2, 1).flatten(0, 1)  # (B·k, …, out)
+        else:
+            y = F.linear(x * self._per_row(self.input_scale, x), self.weight)
         y = y * self._per_row(self.output_scale, y)
         return y if self.bias is None else y + self._per_row(self.bias, y)
 
     def extra_repr(self) -> str:
         out_features, in_features = self.weight.shape
-        return f"in_features={in_features}, out_features={out_features}, members={self.members}"
+        return (
+            f"in_features={in_features}, out_features={out_features}, members={self.members}, "
+            f"first={self.first}"
+        )
+
+
+def row_adapters(layer: nn.Module, rows: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """(r, s) of each of `rows` output rows of `layer`, (rows, in) and (rows, out): its
+    member's adapters; (None, None) for a shared nn.Linear (no adapter)."""
+    if not isinstance(layer, EnsembleLinear):
+        return None, None
+    times = rows // layer.members
+    return layer.input_scale.repeat(times, 1), layer.output_scale.repeat(times, 1)
 
 
 def linear(
-    in_features: int,
-    out_features: int,
-    members: int,
-    bias: bool = True,
-    first_of_members: bool = False,
+    in_features: int, out_features: int, members: int, bias: bool = True, first: bool = False
 ) -> nn.Module:
     """A block's linear map: nn.Linear where the members share it (members = 1), else an
-    EnsembleLinear with each member's adapters (random signs for the first map of their
-    path)."""
+    EnsembleLinear with each member's adapters (`first`: where their path starts)."""
     if members == 1:
         return nn.Linear(in_features, out_features, bias=bias)
-    return EnsembleLinear(in_features, out_features, members, bias, first_of_members)
+    return EnsembleLinear(in_features, out_features, members, bias, first)
