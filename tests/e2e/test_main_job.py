@@ -270,7 +270,7 @@ def test_lineage_and_model_are_readable_in_the_uis(
             expected_artifacts={
                 LINEAGE_ARTIFACT: sorted(set(DIGEST.findall(lineage_markdown))),
                 DRIFT_ARTIFACT: ["Input drift"],
-                progress_key("train"): ["train: 6 of 6"],
+                progress_key("train"): ["train: 12 of 12 (refit on every season"],
             },
             expected_links={LINEAGE_ARTIFACT: [mlflow_url]},
         )

@@ -208,9 +208,12 @@ def test_training_reports_its_progress_as_a_prefect_artifact(runs) -> None:
         )
     (progress,) = [a for a in artifacts if a.key == progress_key("train")]
     assert progress.type == "progress"
-    # tiny: 3 seeds of 2 epochs, every epoch run (early stopping never cuts 2 epochs short)
+    # tiny: 3 seeds of 2 epochs, every epoch run (early stopping never cuts 2 epochs short), in
+    # the evaluation and then in the refit on every season
     assert float(progress.data) == 100.0
-    assert progress.description.startswith("train: 6 of 6 (seed 44 (3 of 3), epoch 2:")
+    assert progress.description.startswith(
+        "train: 12 of 12 (refit on every season, seed 44 (3 of 3), epoch 2"
+    )
 
 
 def _artifacts(flow_run_id: Any) -> dict[str, Any]:

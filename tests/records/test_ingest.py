@@ -90,7 +90,9 @@ def test_bundle_rows_read_match_its_readme(bundle: BundleRuns) -> None:
 def test_bundle_quarantine_is_exactly_the_known_bad_rows(bundle: BundleRuns) -> None:
     """On the bundle: members of the 26 peaks missing from peaks.csv (unknown peak id; one of
     them, MARD67001-01, also has season Unknown), two injuries recorded above Everest's summit
-    (8870 and 8880 m), and one expedition without a season (DHA149001)."""
+    (8870 and 8880 m), one expedition without a season (DHA149001), and seven expeditions whose
+    summit date lies outside their season (EVER21101 of 1921, a Spring expedition summiting in
+    September, among them)."""
     members = pl.read_csv(BUNDLE / "members.csv.gz", infer_schema=False)
     peaks = pl.read_csv(BUNDLE / "peaks.csv", infer_schema=False)["peakid"]
     unknown_peak = members.filter(~pl.col("peak_id").is_in(peaks.implode()))
@@ -107,7 +109,7 @@ def test_bundle_quarantine_is_exactly_the_known_bad_rows(bundle: BundleRuns) -> 
     by_table = quarantine.group_by("table_name").len().sort("table_name").rows()
     assert by_table == [
         ("expedition_details", 60),
-        ("expeditions", 1),
+        ("expeditions", 1 + 7),
         ("members", 379 + 2),
     ]
     assert (quarantine["reason"].str.contains("unknown peak id")).sum() == (
@@ -119,8 +121,13 @@ def test_bundle_quarantine_is_exactly_the_known_bad_rows(bundle: BundleRuns) -> 
         "EVER17104-26",
     ]
     # Season Unknown: DHA149001 and MARD67001, in the expedition files and among the members.
-    season = quarantine.filter(pl.col("reason").str.contains("season"))
+    reason = pl.col("reason")
+    season = quarantine.filter(reason.str.contains("season") & ~reason.str.starts_with("smtdate"))
     assert season["record"].str.contains("DHA149001|MARD67001").all() and season.height == 4
+    outside_season = quarantine.filter(reason.str.starts_with("smtdate outside its season"))
+    assert sorted(outside_season["record"].str.extract(r'"expid":"([^"]+)"').to_list()) == [
+        "AMAD08401", "ANN115402", "EVER21101", "KANG29201", "KWSR78101", "LHAY11301", "TAWO09401",
+    ]  # fmt: skip
     assert quarantine["record"].str.starts_with("{").all()  # the row as read, as JSON
     assert quarantine["load_digest"].str.len_chars().unique().to_list() == [64]
 
@@ -142,8 +149,8 @@ def test_ids_repeating_after_a_century_are_both_kept(bundle: BundleRuns) -> None
         bundle.settings, "SELECT year FROM members WHERE member_id = 'KANG10101-01' ORDER BY 1"
     )
     assert members["year"].to_list() == [1910, 2010]
-    expeditions = table(bundle.settings, "SELECT year FROM expeditions WHERE expid = 'EVER21101'")
-    assert sorted(expeditions["year"].to_list()) == [1921, 2021]
+    expeditions = table(bundle.settings, "SELECT year FROM expeditions WHERE expid = 'EVER22101'")
+    assert sorted(expeditions["year"].to_list()) == [1922, 2022]
 
 
 def test_geocoded_suspect_peaks_are_kept_and_flagged(bundle: BundleRuns) -> None:
@@ -176,10 +183,10 @@ def test_report_renders_counts_reasons_and_data_docs(bundle: BundleRuns) -> None
     assert bundle.first.data_docs.is_file()
     assert bundle.first.rows == {
         "peaks": 462,
-        "expeditions": 11_633,
+        "expeditions": 11_626,
         "expedition_details": 10_304,
         "members": 76_138,
-        "quarantine": 442,
+        "quarantine": 449,
     }
 
 

@@ -282,7 +282,7 @@ def refit(
         {"train": arrays, "validation": None},
         preprocessor.model_dimensions(),
         checkpoints,
-        progress,
+        lambda done, total, message: progress(done, total, f"refit on every season, {message}"),
         lambda record, prefix: epoch_log(record, f"refit_{prefix}"),
         epochs={r.seed: r.best_epoch for r in evaluation},
     )
