@@ -125,6 +125,18 @@ def test_a_training_run_logs_params_metrics_intervals_dataset_plots_and_a_first_
     # The registered model learnt every season through the newest; the run says which.
     assert report.trained_through == run.data.params["trained_through"] == "2025 Summer"
     assert 0.0 <= run.data.metrics["transformer_test_seed_spread"] < 1.0
+    # The test split's expedition records are judged by expedition, every model on their rows.
+    table = report.expeditions
+    assert table is not None and set(table.models) == set(report.comparison.calibrators)
+    assert {season.season[:4] for season in table.seasons} == {"2023", "2024", "2025"}
+    assert table.scored_seasons >= 1
+    low, value, high = (
+        run.data.metrics[f"test_expeditions_transformer_within_season_auc{end}"]
+        for end in ("_ci_low", "", "_ci_high")
+    )
+    assert low <= value <= high
+    evaluation = {a.path for a in client.list_artifacts(run.info.run_id, "evaluation")}
+    assert "evaluation/expeditions.md" in evaluation
     assert run.data.tags["prefect.flow_run_id"] == "flow-run-123"
     assert run.data.tags["inputs_known_by"] == Known.AT_PUSH.value
     (dataset_input,) = run.inputs.dataset_inputs

@@ -70,6 +70,7 @@ def summary_markdown(report: Any, drift: Any) -> str:
         f"{report.rows['refit']:,} attempts, through {report.trained_through}.",
         "",
         report.comparison.markdown(),
+        *report.expeditions_markdown(),
         f"**{drift.render()}**" if drift.report and drift.report.warning() else drift.render(),
         "",
         f"{link('MLflow run', report.run_url)} · {link('model version', report.model_url)}",

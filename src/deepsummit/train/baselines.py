@@ -109,8 +109,11 @@ def logistic_regression(
             handle_unknown="ignore",
             sparse_output=False,
         ).fit(train.categorical)
+        # tol 1e-3 stops lbfgs after ~75 iterations on the bundle's 1,920 columns; solving to
+        # sklearn's 1e-4 took ~460 (6× the time) and scored no better on the test split.
         model = make_pipeline(
-            StandardScaler(), LogisticRegression(C=0.1, max_iter=2000, random_state=seed)
+            StandardScaler(),
+            LogisticRegression(C=0.1, tol=1e-3, max_iter=2000, random_state=seed),
         ).fit(
             linear_matrix(train, encoder),
             train.label,

@@ -64,6 +64,7 @@ from deepsummit.train.baselines import ModelPredictions, run_baselines
 from deepsummit.train.bootstrap import weighted_auc
 from deepsummit.train.comparison import TRANSFORMER, Comparison, SeedSpread, compare, logit
 from deepsummit.train.evaluation import auc_by_group, plot_calibration, plot_roc
+from deepsummit.train.expeditions import ExpeditionTable, expedition_table
 from deepsummit.train.registry import Candidate, GateDecision, gate, log_and_register
 from deepsummit.train.tracking import (
     TRAINING_RUN,
@@ -99,6 +100,7 @@ class TrainReport:
     champion: bool
     decision_reason: str
     comparison: Comparison
+    expeditions: ExpeditionTable | None  # the test split's expedition records, by expedition
     tracking_uri: str
     run_url: str
     model_url: str
@@ -117,6 +119,18 @@ class TrainReport:
         best = ", ".join(f"{b}/{n}" for b, n in zip(self.best_epochs, self.epochs_run, strict=True))
         return f"{', '.join(map(str, self.seeds))} (best epochs {best})"
 
+    def expeditions_markdown(self) -> list[str]:
+        """The test split's expedition records judged by expedition, when it has any."""
+        if self.expeditions is None:
+            return []
+        return [
+            "Expedition records of the test split, expedition by expedition (each P is its "
+            "members' one P; AUC of the expedition's success within each season, Brier score of "
+            "its summit fraction, mean P against the members' summit fraction):",
+            "",
+            self.expeditions.markdown(),
+        ]
+
     def render(self) -> str:
         status = "champion" if self.champion else "challenger"
         return "\n".join(
@@ -126,6 +140,7 @@ class TrainReport:
                 f"features {self.digest[:12]}; {len(self.inputs)} tabular inputs",
                 "",
                 self.comparison.markdown(),
+                *self.expeditions_markdown(),
                 f"registered: seeds {self.epochs_note()}, refit on all {self.rows['refit']:,} "
                 f"attempts through {self.trained_through}",
                 f"{self.model_name} v{self.model_version} ({status}): {self.decision_reason}",
@@ -196,7 +211,7 @@ def train_and_register(
             partial_progress(context.progress, 0, epochs),
             guarded_epoch_log(settings.mlflow),
         )
-        comparison, calibrated = evaluate(settings, data, results, context.run_dir)
+        comparison, calibrated, expeditions = evaluate(settings, data, results, context.run_dir)
         served = refit(
             settings,
             data.snapshot,
@@ -234,6 +249,7 @@ def train_and_register(
         champion=decision.promoted,
         decision_reason=decision.reason,
         comparison=comparison,
+        expeditions=expeditions,
         tracking_uri=settings.mlflow.tracking_uri,
         run_url=run_url,
         model_url=model_url,
@@ -363,10 +379,11 @@ def log_inputs(settings: Settings, data: TrainingData) -> None:
 
 def evaluate(
     settings: Settings, data: TrainingData, results: list[TrainResult], run_dir: Path
-) -> tuple[Comparison, dict[str, np.ndarray]]:
+) -> tuple[Comparison, dict[str, np.ndarray], ExpeditionTable | None]:
     """The transformer and the baselines on identical rows, calibrated the same way, compared
     with intervals; metrics, the comparison, AUC by group and plots logged. Returns the
-    comparison and each model's calibrated test probabilities."""
+    comparison, each model's calibrated test probabilities and, where the test split holds
+    expedition records, their table by expedition."""
     arrays = data.arrays
     models = [
         transformer_predictions(results, arrays),
@@ -397,12 +414,36 @@ def evaluate(
     )
     mlflow.log_text(comparison.markdown(), "evaluation/comparison.md")
     calibrated = _calibrated_test(comparison, models)
+    expeditions = held_out_expeditions(settings, data.rows["test"], calibrated)
+    if expeditions is not None:
+        mlflow.log_metrics(expeditions.metrics("test_expeditions_"))
+        mlflow.log_text(expeditions.markdown(), "evaluation/expeditions.md")
     mlflow.log_dict(
         _group_aucs(data.rows["test"], arrays["test"].label, calibrated[TRANSFORMER]),
         "evaluation/auc_by_group.json",
     )
     _log_evaluation_plots(run_dir / "plots", arrays, models, calibrated, results[0])
-    return comparison, calibrated
+    return comparison, calibrated, expeditions
+
+
+def held_out_expeditions(
+    settings: Settings, test_rows: pl.DataFrame, calibrated: dict[str, np.ndarray]
+) -> ExpeditionTable | None:
+    """The test split's expedition records judged by expedition (deepsummit/train/
+    expeditions.py): their members share one P, so ranking members within them says nothing.
+    None when the test split has none."""
+    is_record = (test_rows["record"] == "expedition").to_numpy()
+    if not is_record.any():
+        return None
+    rows = test_rows.filter(pl.Series(is_record)).select("expid", "year", "season", "label")
+    return expedition_table(
+        rows.with_columns(
+            **{name: pl.Series(values[is_record]) for name, values in calibrated.items()}
+        ),
+        tuple(calibrated),
+        settings.backtest.min_season_expeditions,
+        settings.backtest.unscored_seasons,
+    )
 
 
 def model_artifact(data: TrainingData, served: Refit, comparison: Comparison) -> ModelArtifact:
