@@ -4,8 +4,8 @@ of on one split.
 Each candidate is the profile plus dotted overrides (None unsets a value). All run the same
 rolling-origin folds on one snapshot (deepsummit/backtest/run.py; each candidate's folds are
 cached under its own key, so a candidate already run costs nothing, and the baselines' fold
-scores are shared), and each is paired with the first candidate (the reference: the profile as
-it was before the ensemble, the calendar and the refit) on identical held-out rows:
+scores are shared), and each is paired with the first candidate (the reference: the profile as it
+ships) on identical held-out rows:
 
 - the member seasons (the members file, to Spring 2019): mean within-season AUC over the
   ordinary seasons, one expedition bootstrap for every candidate;
@@ -14,7 +14,9 @@ it was before the ensemble, the calendar and the refit) on identical held-out ro
 - the push-day Spearman (a bootstrap over the same peak-seasons);
 
 and beside them the members' band, where each seed's best epoch fell, and the minutes its folds
-took when they were trained. The boosted trees of the same folds are the last rows.
+took when they were trained. The boosted trees of the same folds are the last rows, paired with
+the reference the same way. The last candidate is the profile as it was before the ensemble and
+the calendar (five trainings of one network): it costs the most, so `--only` can leave it out.
 
     .venv/bin/python bench/backtest_profiles.py --bundle /tmp/deepsummit-bundle --first 2016
 """
@@ -50,12 +52,12 @@ BEFORE = {  # the cpu profile before this comparison: five trainings of one netw
     "features.extra_inputs": WITHOUT_CALENDAR,
 }
 CANDIDATES: dict[str, dict[str, Any]] = {
-    "before: 5 seeds of 1 network, no calendar": BEFORE,
-    "1 training of 4 members, calendar (the profile)": {},
-    "1 training of 4 members, no calendar": {"features.extra_inputs": WITHOUT_CALENDAR},
-    "+ piecewise-linear numeric embeddings": {"model.numeric_embedding": "piecewise"},
-    "+ recency weights, half-life 5 years": {"train.recency_half_life": 5.0},
+    "the profile: 1 training of 4 members, calendar": {},
+    "no calendar": {"features.extra_inputs": WITHOUT_CALENDAR},
+    "piecewise-linear numeric embeddings": {"model.numeric_embedding": "piecewise"},
+    "recency weights, half-life 5 years": {"train.recency_half_life": 5.0},
     "refit on the validation years too": {"backtest.refit": True},
+    "before: 5 seeds of 1 network, no calendar": BEFORE,
 }
 
 

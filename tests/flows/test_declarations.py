@@ -52,7 +52,13 @@ def changes(
     overrides["mlflow"] = {"tracking_uri": f"sqlite:///{root / 'mlflow.db'}"}
     found = {}
     with OpenMeteoServer() as server:
-        overrides["weather"].update(source="open-meteo", api_url=server.url)
+        # The local server counts no quota: the free tier's minute and hour windows would only
+        # make the weather stage sleep through most of this test.
+        overrides["weather"].update(
+            source="open-meteo",
+            api_url=server.url,
+            limits={"per_minute": 1e9, "per_hour": 1e9},
+        )
         overrides["forecast"].update(api_url=server.forecast_url)
         overrides["outlook"] = {"peaks": ["KANG"], "days": 2}
         settings = load_settings("tiny", overrides)
