@@ -10,7 +10,13 @@ import polars as pl
 import pytest
 
 from deepsummit.contracts.preprocessing import Preprocessor
-from deepsummit.core.inputs import SPEC_INPUT_SET, WEATHER_CHANNELS, WEATHER_TOKENS
+from deepsummit.core.inputs import (
+    SPEC_INPUT_SET,
+    SPEC_INPUTS,
+    WEATHER_CHANNELS,
+    WEATHER_TOKENS,
+    InputSet,
+)
 from deepsummit.features.windows import window_days
 
 DATES = [dt.date(2010, 5, 1), dt.date(2010, 5, 2)]
@@ -182,3 +188,31 @@ def test_a_rare_peak_reads_as_its_height_band_s_shared_token_with_a_note() -> No
     assert "seen too rarely" in notes[1][0] and shared in notes[1][0]
     assert "not in the training vocabulary" in notes[3][0]
     assert Preprocessor.from_json(pre.to_json()) == pre
+
+
+def test_a_push_day_outside_the_learnt_seasons_is_answered_with_a_note() -> None:
+    """The calendar inputs' training range is kept; a planned day outside it still gets its
+    arrays (it is answered), and a note that names the input and the range."""
+    inputs = InputSet.of([*SPEC_INPUTS, "day_of_year", "days_in_season"])
+    train = TRAIN.with_columns(
+        day_of_year=pl.Series([121.0, 122.0, 130.0, 140.0]),
+        days_in_season=pl.Series([61.0, 62.0, 70.0, 80.0]),
+    )
+    preprocessor = Preprocessor.fit(train, WINDOWS, inputs, "archive", 2, {"digest": "d"})
+    assert preprocessor.calendar_ranges == {
+        "day_of_year": (121.0, 140.0),
+        "days_in_season": (61.0, 80.0),
+    }
+    planned = train.head(2).with_columns(
+        day_of_year=pl.Series([130.0, 200.0]), days_in_season=pl.Series([70.0, 110.0])
+    )
+    notes = preprocessor.calendar_notes_by_row(planned)
+    assert notes[0] == []
+    assert notes[1] == [
+        "day_of_year 200 lies outside the 121–140 of the training attempts: the push day is "
+        "outside the seasons the model learnt",
+        "days_in_season 110 lies outside the 61–80 of the training attempts: the push day is "
+        "outside the seasons the model learnt",
+    ]
+    arrays = preprocessor.transform(planned, WINDOWS)
+    assert len(arrays) == 2 and not np.isnan(arrays.numeric).any()
