@@ -1,10 +1,11 @@
-"""How much the answer moves with the random seeds: the registered answer is the mean of the
-seeds' logits (deepsummit/serve/scoring.py), its band their spread.
+"""How much the answer moves with the random seeds: the registered answer is the calibrated
+mean probability of the ensemble's members (every member of every seed's network;
+deepsummit/serve/scoring.py), its band their spread.
 
 Trains the profile's ensemble twice on the bundle's features snapshot, with disjoint seed sets
 (42, 43, … and 142, 143, …), each calibrated on the validation split as the train stage does,
 and prints:
-- the mean band width (highest − lowest seed's calibrated P) on the test rows, per ensemble;
+- the mean band width (highest − lowest member's calibrated P) on the test rows, per ensemble;
 - how far the two ensembles' answers lie apart on the test rows (mean, 99th percentile, max);
 - the same on a planned attempt: a commercial Everest member with oxygen (age 40, USA, male)
   on every push day from 5 to 31 May 2019, scored through the serving path.
@@ -25,7 +26,7 @@ import numpy as np
 import polars as pl
 from _bundle import DEFAULT_BUNDLE, bundle_features, bundle_settings
 
-from deepsummit.contracts.arrays import seed_logits
+from deepsummit.contracts.arrays import ensemble_logit, member_logits
 from deepsummit.contracts.artifact import ModelArtifact
 from deepsummit.contracts.calibration import Calibrator
 from deepsummit.contracts.drift import DistributionProfile
@@ -44,7 +45,7 @@ EXAMPLE_DAYS = [dt.date(2019, 5, day) for day in range(5, 32)]
 
 def ensemble(settings, data: TrainingData, first_seed: int) -> tuple[ModelArtifact, np.ndarray]:
     """The profile's seeds from `first_seed` on: the artifact (calibrated on validation) and
-    each seed's calibrated P on the test rows (seeds × rows)."""
+    each member's calibrated P on the test rows (members × rows)."""
     train_config = settings.train.model_copy(update={"seed": first_seed})
     with tempfile.TemporaryDirectory() as checkpoints:
         results = train_seeds(
@@ -56,7 +57,7 @@ def ensemble(settings, data: TrainingData, first_seed: int) -> tuple[ModelArtifa
         settings.train.calibration, logit(mean.validation), data.arrays["validation"].label
     )
     networks = [r.model for r in results]
-    seeds = calibrator.probabilities(seed_logits(networks, data.arrays["test"].model_inputs()))
+    members = calibrator.probabilities(member_logits(networks, data.arrays["test"].model_inputs()))
     artifact = ModelArtifact(
         networks=networks,
         seeds=[r.seed for r in results],
@@ -67,7 +68,7 @@ def ensemble(settings, data: TrainingData, first_seed: int) -> tuple[ModelArtifa
             (data.directory / DRIFT_PROFILE_FILE).read_text()
         ),
     )
-    return artifact, seeds
+    return artifact, members
 
 
 def example_requests(settings, source: str) -> pl.DataFrame:
@@ -116,16 +117,16 @@ def main() -> None:
     )
     print("| --- | ---: | ---: | --- |")
     for first_seed in (42, 142):
-        artifact, seeds = ensemble(settings, data, first_seed)
+        artifact, members = ensemble(settings, data, first_seed)
         scored = score(artifact, requests)
         answers.append(scored.probability)
         test_means.append(
             artifact.calibrator.probabilities(
-                seed_logits(artifact.networks, data.arrays["test"].model_inputs()).mean(axis=0)
+                ensemble_logit(member_logits(artifact.networks, data.arrays["test"].model_inputs()))
             )
         )
         print(
-            f"| seeds {first_seed}… | {(seeds.max(0) - seeds.min(0)).mean():.3f} "
+            f"| seeds {first_seed}… | {(members.max(0) - members.min(0)).mean():.3f} "
             f"| {(scored.high - scored.low).mean():.3f} "
             f"| {np.nanmin(scored.probability):.3f}–{np.nanmax(scored.probability):.3f} |"
         )
