@@ -34,6 +34,9 @@ def test_the_newest_season_is_compared_with_the_champion_and_logged(
     version = trained_registry.report.model_version
     assert check.note == f"champion v{version}"
     assert check.report is not None and "Spring 2019" in check.report.current
+    # Compared with the training rows of spring's weeks, and the report says so.
+    assert "the same season and push weeks (Spring weeks" in check.report.reference
+    assert "Spring weeks" in check.render()
     assert check.path == tmp_path / "drift" / f"{trained_registry.snapshot.name}-v{version}.json"
     assert json.loads(check.path.read_text()) == check.report.as_dict()
     client = MlflowClient(settings.mlflow.tracking_uri)
