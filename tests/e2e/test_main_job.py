@@ -362,7 +362,7 @@ def forecast_server() -> Iterator[OpenMeteoServer]:
 
 @pytest.fixture(scope="module")
 def outlook_run(stack: Stack, first_run: str, forecast_server: OpenMeteoServer) -> str:
-    options = f'options={{"forecast_url": "{forecast_server.forecast_url}", "peaks": ["KANG"]}}'
+    options = f'options={{"forecast_url": "{forecast_server.forecast_url}", "peak": ["KANG"]}}'
     started = time.monotonic()
     flow_run_id = stack.trigger(options, deployment="summit/outlook")
     print(f"\nsummit/outlook run: {time.monotonic() - started:.1f} s")

@@ -128,7 +128,7 @@ def _print_version(asked: bool) -> None:
 
 
 @app.callback()
-def _main(
+def _root(
     version: Annotated[
         bool,
         typer.Option(
@@ -139,7 +139,8 @@ def _main(
         ),
     ] = False,
 ) -> None:
-    pass
+    """The options of `deepsummit` itself, before a command: --version (typer adds those of
+    shell completion)."""
 
 
 AsJson = Annotated[
@@ -223,16 +224,17 @@ def _stdout_for_json_only(as_json: bool) -> Iterator[None]:
         descriptor = stdout.fileno()
     except (AttributeError, OSError, ValueError):  # an in-memory stream (a test's runner)
         descriptor = None
-    saved = None if descriptor is None else os.dup(descriptor)
+    saved = None
     if descriptor is not None:
+        saved = os.dup(descriptor)
         os.dup2(sys.stderr.fileno(), descriptor)
     try:
         with contextlib.redirect_stdout(sys.stderr):
             yield
     finally:
         stdout.flush()  # what a handler holding the stream wrote goes out while it is stderr
-        if saved is not None and descriptor is not None:
-            os.dup2(saved, descriptor)
+        if saved is not None:
+            os.dup2(saved, stdout.fileno())
             os.close(saved)
 
 

@@ -45,7 +45,8 @@ def _stratum(season: str, week: int) -> str:
     return f"{season} week {week}"
 
 
-def _with_stratum(rows: pl.DataFrame) -> pl.DataFrame:
+def with_stratum(rows: pl.DataFrame) -> pl.DataFrame:
+    """`rows` (with their season and push day, smtdate) with the name of their stratum."""
     return rows.with_columns(pl.format("{} week {}", pl.col("season"), _push_week()).alias(STRATUM))
 
 
@@ -72,7 +73,7 @@ def training_profile(
 ) -> DistributionProfile:
     """The reference a model carries: its training rows' inputs and their weather, also per
     season and push week."""
-    rows = _with_stratum(train)
+    rows = with_stratum(train)
     frame, numeric, categorical = _tabular(rows, inputs)
     tabular = profile(
         frame.with_columns(rows[STRATUM]),
