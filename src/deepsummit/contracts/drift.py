@@ -78,7 +78,9 @@ DEFAULT_SHIFT_THRESHOLD = MAJOR_SHIFT_SD
 OTHER = "(other)"
 MISSING = "(missing)"
 NOT_ENOUGH_ROWS = "not enough rows"
-PROFILE_FORMAT = 2  # 2 added the numeric means and deviations and the strata; 1 still reads
+# The means, deviations and strata were added as keys a reader of format 1 ignores: a profile
+# stays readable by the releases before them (a registered model is served by either).
+PROFILE_FORMAT = 1
 
 Kind = Literal["numeric", "categorical"]
 
@@ -90,7 +92,7 @@ class NumericProfile:
     edges: tuple[float, ...]  # interior cut points, increasing
     shares: tuple[float, ...]  # len(edges) + 2: the value bins in order, then missing
     rows: int
-    mean: float | None = None  # of the present values; None without any (or a format 1 file)
+    mean: float | None = None  # of the present values; None without any (or an older file)
     sd: float | None = None  # their sample standard deviation; None below two values
 
 
@@ -178,8 +180,8 @@ class DistributionProfile:
     @classmethod
     def from_json(cls, text: str) -> DistributionProfile:
         document = json.loads(text)
-        if document.get("format") not in (1, PROFILE_FORMAT):
-            raise ValueError(f"drift profile format {document.get('format')!r}, expected 1 or 2")
+        if document.get("format") != PROFILE_FORMAT:
+            raise ValueError(f"drift profile format {document.get('format')!r}, expected 1")
         return cls(
             numeric={
                 name: NumericProfile(
