@@ -134,20 +134,16 @@ class DistributionProfile:
         if shared:
             raise ValueError(f"both profiles describe {sorted(shared)}")
         empty = Stratum({}, {})
+
+        def both(name: str) -> Stratum:
+            mine, theirs = self.strata.get(name, empty), other.strata.get(name, empty)
+            return Stratum({**mine.counts, **theirs.counts}, {**mine.moments, **theirs.moments})
+
         return DistributionProfile(
             numeric={**self.numeric, **other.numeric},
             categorical={**self.categorical, **other.categorical},
             description=_joined(self.description, other.description),
-            strata={
-                name: Stratum(
-                    {**self.strata.get(name, empty).counts, **other.strata.get(name, empty).counts},
-                    {
-                        **self.strata.get(name, empty).moments,
-                        **other.strata.get(name, empty).moments,
-                    },
-                )
-                for name in sorted({*self.strata, *other.strata})
-            },
+            strata={name: both(name) for name in sorted({*self.strata, *other.strata})},
         )
 
     def within(self, strata: Collection[str], description: str) -> DistributionProfile:
@@ -155,12 +151,13 @@ class DistributionProfile:
         same bins; `description` says which rows they are."""
         kept = [self.strata[name] for name in sorted(set(strata) & set(self.strata))]
 
-        def summed(feature: str) -> np.ndarray:
-            return np.sum([np.array(s.counts[feature]) for s in kept if feature in s.counts], 0)
+        def summed(feature: str, bins: int) -> np.ndarray:
+            rows = [s.counts[feature] for s in kept if feature in s.counts]
+            return np.sum(rows, axis=0) if rows else np.zeros(bins)
 
         numeric = {}
         for name, whole in self.numeric.items():
-            counts = summed(name) if kept else np.zeros(len(whole.shares))
+            counts = summed(name, len(whole.shares))
             moments = [s.moments[name] for s in kept if name in s.moments]
             mean, sd = _mean_and_sd(*(sum(m[i] for m in moments) for i in range(3)))
             numeric[name] = NumericProfile(
@@ -168,7 +165,7 @@ class DistributionProfile:
             )
         categorical = {}
         for name, whole in self.categorical.items():
-            counts = summed(name) if kept else np.zeros(len(whole.shares))
+            counts = summed(name, len(whole.shares))
             categorical[name] = CategoricalProfile(whole.values, _shares(counts), int(counts.sum()))
         return DistributionProfile(numeric, categorical, description)
 
