@@ -34,6 +34,7 @@ NOT_COMPARED = frozenset({"season"})
 SEASON_ORDER = {"Spring": 0, "Summer": 1, "Autumn": 2, "Winter": 3}
 FEATURE_WINDOW_KEY = ("peakid", "smtdate")
 STRATUM = "drift_stratum"  # the column naming a row's season and push week
+STRATUM_NAME = "{} week {}"  # a stratum's name, of its season and push week: "Spring week 19"
 WEEKS = 53  # weeks 1–53 of a year: day 1–7 is week 1, day 365 (and 366) week 53
 
 
@@ -41,13 +42,9 @@ def _push_week() -> pl.Expr:
     return (pl.col("smtdate").dt.ordinal_day() - 1) // 7 + 1
 
 
-def _stratum(season: str, week: int) -> str:
-    return f"{season} week {week}"
-
-
 def with_stratum(rows: pl.DataFrame) -> pl.DataFrame:
     """`rows` (with their season and push day, smtdate) with the name of their stratum."""
-    return rows.with_columns(pl.format("{} week {}", pl.col("season"), _push_week()).alias(STRATUM))
+    return rows.with_columns(pl.format(STRATUM_NAME, pl.col("season"), _push_week()).alias(STRATUM))
 
 
 def _tabular(rows: pl.DataFrame, inputs: InputSet) -> tuple[pl.DataFrame, list[str], list[str]]:
@@ -100,20 +97,19 @@ def same_season_and_weeks(
     profile from before the strata were kept has none)."""
     asked = rows.select("season", week=_push_week()).unique().iter_rows()
     wanted = {
-        _stratum(season, (week - 1 + offset) % WEEKS + 1)
+        (season, (week - 1 + offset) % WEEKS + 1)
         for season, week in asked
         for offset in range(-weeks_around, weeks_around + 1)
     }
-    found = sorted(wanted & set(reference.strata))
+    found = sorted(pair for pair in wanted if STRATUM_NAME.format(*pair) in reference.strata)
     if not found:
         return None
     weeks: dict[str, list[int]] = {}
-    for name in found:
-        season, _, week = name.rpartition(" week ")
-        weeks.setdefault(season, []).append(int(week))
-    spans = "; ".join(f"{season} weeks {_week_runs(w)}" for season, w in sorted(weeks.items()))
+    for season, week in found:
+        weeks.setdefault(season, []).append(week)
+    spans = "; ".join(f"{season} weeks {_week_runs(w)}" for season, w in weeks.items())
     return reference.within(
-        found,
+        [STRATUM_NAME.format(*pair) for pair in found],
         f"the training rows of the same season and push weeks ({spans}: within "
         f"{weeks_around} weeks of those compared) of {reference.description}",
     )
