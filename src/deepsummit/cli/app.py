@@ -344,7 +344,7 @@ def drift(
     features_dir: FeaturesDir = None,
     tracking_uri: TrackingUri = None,
 ) -> None:
-    """Compare the newest season's inputs with the champion's training split (input drift)."""
+    """Compare the newest season's inputs with the champion's training rows of the same weeks."""
     _stage("drift", profile, _options(locals()))
 
 
