@@ -11,7 +11,7 @@ NPM := /usr/bin/npm
 DOCS_ASSETS := deployments/data-docs-assets
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 
-.PHONY: setup test lint train up down status bench screenshots clean
+.PHONY: setup test lint train up down status bench screenshots cli-docs clean
 
 setup: $(STAMP)
 
@@ -65,6 +65,10 @@ status: $(STAMP)
 # After `make train`: refresh the README's screenshots from the running services.
 screenshots: $(STAMP) $(CHROMEDRIVER)
 	$(BIN)/python tests/e2e/refresh_screenshots.py --out docs/screenshots
+
+# docs/cli.md from the commands' --help (tests/cli/test_reference.py checks it is current).
+cli-docs: $(STAMP)
+	$(BIN)/python -m deepsummit.cli.reference
 
 bench: $(STAMP)
 	for script in bench/[!_]*.py; do $(BIN)/python $$script || exit 1; done

@@ -81,7 +81,10 @@ def registry_settings(root: Path, features: Settings | None = None) -> Settings:
     """Tiny-profile settings tracking into `root` (the experiment's artifacts go there too),
     with the features settings of `features` when given."""
     overrides: dict[str, Any] = {
-        "mlflow": {"tracking_uri": f"sqlite:///{root}/mlflow.db"},
+        "mlflow": {
+            "tracking_uri": f"sqlite:///{root}/mlflow.db",
+            "model_cache_dir": str(root / "model-cache"),
+        },
         "train": {
             "checkpoint_dir": str(root / "checkpoints"),
             "learning_rate": 1e-2,

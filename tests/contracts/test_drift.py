@@ -22,6 +22,7 @@ from deepsummit.contracts.drift import (
     DriftReport,
     FeatureDrift,
     compare,
+    compare_shift,
     profile,
 )
 from deepsummit.core.config import load_settings
@@ -257,3 +258,69 @@ def test_inputs_that_do_not_fit_are_refused(members, reference) -> None:
         compare(reference, members[1], features=["altitude"])
     with pytest.raises(ValueError, match="both numeric and categorical"):
         profile(members[0], ["age"], ["age"])
+
+
+def test_a_stratum_s_profile_is_its_rows_on_the_whole_profile_s_bins() -> None:
+    rng = np.random.default_rng(1)
+    frame = pl.DataFrame(
+        {
+            "x": np.concatenate([rng.normal(0, 1, 600), rng.normal(5, 2, 400)]),
+            "c": ["a"] * 500 + ["b"] * 300 + [None] * 200,
+            "part": ["early"] * 600 + ["late"] * 400,
+        }
+    )
+    whole = profile(frame, ["x"], ["c"], strata="part")
+    late = frame.filter(pl.col("part") == "late")
+
+    within = whole.within(["late", "never seen"], "the late rows")
+    x = within.numeric["x"]
+    assert within.description == "the late rows" and x.edges == whole.numeric["x"].edges
+    assert x.rows == 400 and sum(x.shares) == pytest.approx(1.0)
+    counts = np.bincount(np.searchsorted(x.edges, late["x"].to_numpy(), side="right"))
+    assert x.shares[: len(counts)] == pytest.approx(counts / 400)
+    assert (x.mean, x.sd) == (pytest.approx(late["x"].mean()), pytest.approx(late["x"].std()))
+    assert within.categorical["c"].shares == pytest.approx((0.0, 0.5, 0.0, 0.5))  # a, b, …
+    assert whole.within([], "none").numeric["x"].rows == 0
+    # A stratum of two merged profiles (an attempt's columns and its weather rows) holds the
+    # features of both; strata survive a JSON round trip.
+    weather = profile(frame.with_columns(y=pl.col("x") * 2), ["y"], [], strata="part")
+    merged = whole.merged(weather)
+    assert set(merged.strata["late"].counts) == {"x", "c", "y"}
+    assert merged.within(["late"], "").numeric["y"].mean == pytest.approx(2 * x.mean)
+    assert DistributionProfile.from_json(merged.to_json()) == merged
+
+
+def test_a_profile_without_means_or_strata_still_reads(members, reference) -> None:
+    """As the releases before them wrote it (they read a newer one, ignoring what they lack)."""
+    document = json.loads(reference.to_json())
+    for column in document["numeric"].values():
+        del column["mean"], column["sd"]
+    del document["strata"]
+    old = DistributionProfile.from_json(json.dumps(document))
+    assert old.strata == {} and old.numeric["age"].mean is None
+    assert compare(old, members[1]) == compare(reference, members[1])
+
+
+def test_a_mean_several_deviations_away_is_flagged_by_its_shift(weather) -> None:
+    days, others = weather
+    reference = profile(days, WEATHER, [], description="Everest days")
+    same = compare_shift(reference, others, features=WEATHER)
+    assert same.drifted == () and same.warning() is None
+    assert all(abs(r.shift_sd) < 0.1 for r in same.rows)
+
+    sd = days["temperature_2m_mean"].std()
+    warmer = others.with_columns(pl.col("temperature_2m_mean") + 4 * sd)
+    report = compare_shift(reference, warmer, features=WEATHER, description="a warm window")
+    assert report.drifted == ("temperature_2m_mean",)
+    assert row(report, "temperature_2m_mean").shift_sd == pytest.approx(4.0, abs=0.1)
+    assert row(report, "temperature_2m_mean").status == "major"
+    assert "temperature_2m_mean +4.0 SD" in report.warning()
+    assert "a mean beyond 3 SD; a warm window against Everest days" in report.warning()
+    assert report.metrics()["drift_shift_sd_temperature_2m_mean"] == pytest.approx(4.0, abs=0.1)
+
+    one_window = compare_shift(reference, warmer.head(26), features=WEATHER)
+    assert one_window.drifted == ("temperature_2m_mean",)  # one window is enough to judge
+    few = profile(days.head(10), WEATHER, [])
+    assert {r.status for r in compare_shift(few, warmer, features=WEATHER).rows} == {
+        NOT_ENOUGH_ROWS
+    }

@@ -113,5 +113,6 @@ def test_a_variable_set_on_a_whole_section_names_the_variable_that_works(monkeyp
 
 def test_a_section_without_a_field_of_that_name_lists_its_fields(monkeypatch) -> None:
     monkeypatch.setenv("DEEPSUMMIT_DRIFT", "0.3")
-    with pytest.raises(ValueError, match=r"fields: threshold, min_rows\)$"):
+    fields = "threshold, shift_threshold, weeks_around, min_rows"
+    with pytest.raises(ValueError, match=rf"fields: {fields}\)$"):
         load_settings("cpu")

@@ -8,6 +8,7 @@ import polars as pl
 from mlflow import MlflowClient
 from training_fixtures import trained_registry_fixture  # noqa: F401 (the fixture)
 
+from deepsummit.contracts.snapshot import read_features
 from deepsummit.core.context import RunContext
 from deepsummit.drift.stage import check_drift, newest_season
 
@@ -33,7 +34,11 @@ def test_the_newest_season_is_compared_with_the_champion_and_logged(
     check = check_drift(settings, RunContext(tmp_path / "run"), trained_registry.snapshot)
     version = trained_registry.report.model_version
     assert check.note == f"champion v{version}"
-    assert check.report is not None and "Spring 2019" in check.report.current
+    _, season = newest_season(read_features(trained_registry.snapshot))  # "Summer 2025"
+    assert check.report is not None and f"the newest season ({season}" in check.report.current
+    # Compared with the training rows of that season's weeks, and the report says so.
+    weeks = f"the same season and push weeks ({season.split()[0]} weeks"
+    assert weeks in check.report.reference and weeks in check.render()
     assert check.path == tmp_path / "drift" / f"{trained_registry.snapshot.name}-v{version}.json"
     assert json.loads(check.path.read_text()) == check.report.as_dict()
     client = MlflowClient(settings.mlflow.tracking_uri)

@@ -23,6 +23,7 @@ from mlflow import MlflowClient
 from openmeteo_server import OpenMeteoServer
 from services_fixtures import free_port
 
+from deepsummit.cli.exit_codes import ExitCode
 from deepsummit.core.config import PROJECT_ROOT, Settings, load_settings
 from deepsummit.flows.resources import RESOURCES, source_asset
 from deepsummit.flows.runner import progress_key
@@ -329,7 +330,7 @@ def test_predict_scores_a_planned_attempt_with_the_champion(stack: Stack, first_
          "--push-date", "2015-05-10", "--age", "300"],
         env=stack.env, cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
-    assert result.returncode == 1
+    assert result.returncode == ExitCode.BAD_INPUT
     assert result.stderr.strip().splitlines()[-1] == "error: age 300: not in 1..100"
 
 
@@ -339,7 +340,7 @@ def test_a_stage_command_fails_with_one_line_on_bad_input(stack: Stack, tmp_path
          "--members", str(tmp_path / "absent.csv")],
         env=stack.env, cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
-    assert result.returncode == 1
+    assert result.returncode == ExitCode.BAD_INPUT
     assert "Traceback" not in result.stdout + result.stderr
     (error,) = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
     assert "absent.csv" in error
@@ -361,7 +362,7 @@ def forecast_server() -> Iterator[OpenMeteoServer]:
 
 @pytest.fixture(scope="module")
 def outlook_run(stack: Stack, first_run: str, forecast_server: OpenMeteoServer) -> str:
-    options = f'options={{"forecast_url": "{forecast_server.forecast_url}", "peaks": ["KANG"]}}'
+    options = f'options={{"forecast_url": "{forecast_server.forecast_url}", "peak": ["KANG"]}}'
     started = time.monotonic()
     flow_run_id = stack.trigger(options, deployment="summit/outlook")
     print(f"\nsummit/outlook run: {time.monotonic() - started:.1f} s")
@@ -418,7 +419,7 @@ def test_the_outlook_command_prints_each_member_and_the_team(
          "--from", "2099-05-10", "--forecast-url", url],
         env=stack.env, cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
-    assert result.returncode == 1
+    assert result.returncode == ExitCode.BAD_INPUT
     last = result.stderr.strip().splitlines()[-1]
     assert re.fullmatch(r"error: KANG: push day 2099-05-25 is beyond the forecast horizon .*", last)
 

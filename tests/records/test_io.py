@@ -10,7 +10,7 @@ import pytest
 from ingest_fixtures import http_folder  # noqa: F401 (fixture)
 from scripted_server import Answer, scripted_server
 
-from deepsummit.core.errors import SourceUnreadable
+from deepsummit.core.errors import SourceUnavailable, SourceUnreadable
 from deepsummit.core.http_retry import DEFAULT_RETRY
 from deepsummit.records.io import read_bytes
 
@@ -55,7 +55,7 @@ def test_http_error_names_the_url(http_folder: tuple[Path, str]) -> None:  # noq
 
 def test_refused_connection_is_one_line() -> None:
     # Port 1 on loopback: nothing listens there, the connection is refused at once.
-    with pytest.raises(SourceUnreadable, match=r"127\.0\.0\.1:1/x\.csv: cannot fetch") as error:
+    with pytest.raises(SourceUnavailable, match=r"127\.0\.0\.1:1/x\.csv: cannot fetch") as error:
         read_bytes("http://127.0.0.1:1/x.csv", timeout_s=5)
     assert "\n" not in str(error.value)
 
@@ -71,7 +71,7 @@ def test_a_busy_server_is_asked_again() -> None:
 def test_a_server_busy_for_good_is_one_line_naming_it() -> None:
     with (
         scripted_server(Answer(503)) as server,
-        pytest.raises(SourceUnreadable, match=r"members\.csv.*503") as raised,
+        pytest.raises(SourceUnavailable, match=r"members\.csv.*503") as raised,
     ):
         read_bytes(f"{server.url}/members.csv", timeout_s=5)
     assert "\n" not in str(raised.value)

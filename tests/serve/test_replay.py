@@ -1,11 +1,13 @@
 """`deepsummit outlook --as-of`: the outlook a team would have seen on a past morning, by the
 champion, from the stored archive weather; the same answers as `predict` for each planned
 attempt, nothing written to the outlooks table, one line for a date outside the stored
-weather."""
+weather; a drift note only for weather unlike the training windows of the same season and
+weeks."""
 
 from __future__ import annotations
 
 import datetime as dt
+import shutil
 from pathlib import Path
 
 import mlflow
@@ -17,6 +19,7 @@ from training_fixtures import (
     trained_registry_fixture,  # noqa: F401 (the fixture)
 )
 
+from deepsummit.contracts.artifact import ModelArtifact
 from deepsummit.core.config import Settings, load_settings
 from deepsummit.core.context import RunContext
 from deepsummit.core.errors import PipelineError
@@ -31,12 +34,14 @@ TEAM_FILE = Path(__file__).parents[2] / "deployments" / "outlook-team.csv"
 AS_OF = dt.date(2019, 5, 10)
 
 
-def replay_settings(registry: TrainedRegistry, bundle_features, **outlook) -> Settings:
+def replay_settings(
+    registry: TrainedRegistry, bundle_features, warehouse: Path | None = None, **outlook
+) -> Settings:
     return load_settings(
         "tiny",
         {
             **registry.settings.model_dump(mode="json", include={"mlflow", "features"}),
-            "paths": {"warehouse": str(bundle_features[0].paths.warehouse)},
+            "paths": {"warehouse": str(warehouse or bundle_features[0].paths.warehouse)},
             "weather": {"source": "archive"},
             "outlook": {"peaks": ["EVER"], "team_file": str(TEAM_FILE), **outlook},
         },
@@ -111,3 +116,38 @@ def test_the_last_stored_day_bounds_the_candidate_days(
         PipelineError, match=rf"is beyond the stored weather of archive \({last}, archive\)"
     ):
         replay_outlook(settings, RunContext(tmp_path))
+
+
+def test_an_ordinary_may_morning_raises_no_drift_note(
+    trained_registry: TrainedRegistry, bundle_features, tmp_path: Path
+) -> None:
+    """The replay's windows are compared with the training windows of spring weeks around
+    mid-May, not with every season's: May is no drift."""
+    settings = replay_settings(trained_registry, bundle_features, as_of=str(AS_OF))
+    report = replay_outlook(settings, RunContext(tmp_path))
+    assert report.drift is not None
+    assert report.drift.warning() is None
+    assert "the same season and push weeks (Spring weeks 16–24" in report.drift.reference
+    assert [r for r in report.drift.rows if r.shift_sd is not None]  # the weather was judged
+    assert "input drift" not in report.render()
+
+
+def test_a_window_several_deviations_colder_is_named_in_the_drift_note(
+    trained_registry: TrainedRegistry, bundle_features, tmp_path: Path
+) -> None:
+    warehouse = tmp_path / "colder.duckdb"
+    shutil.copy(bundle_features[0].paths.warehouse, warehouse)
+    reference = ModelArtifact.load(trained_registry.model_dir).drift_reference
+    colder = 5 * reference.numeric["temperature_2m_min"].sd  # every season's: wider than May's
+    with connect(warehouse) as con:
+        con.execute(
+            "UPDATE weather_daily SET temperature_2m_min = temperature_2m_min - ? "
+            "WHERE peakid = 'EVER' AND source = 'archive' AND date BETWEEN ? AND ?",
+            [colder, AS_OF - dt.timedelta(days=120), AS_OF + dt.timedelta(days=30)],
+        )
+    settings = replay_settings(trained_registry, bundle_features, warehouse, as_of=str(AS_OF))
+    report = replay_outlook(settings, RunContext(tmp_path))
+    assert report.drift is not None and report.drift.drifted == ("temperature_2m_min",)
+    note = report.drift.warning()
+    assert note is not None and "temperature_2m_min -" in note and " SD" in note
+    assert f"note: {note}" in report.render()

@@ -13,7 +13,9 @@ from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 from services_fixtures import STARTUP_TIMEOUT_S, free_port
 
+from deepsummit.contracts.champion import champion_version
 from deepsummit.core.config import PROJECT_ROOT, load_settings
+from deepsummit.core.errors import PipelineError
 from deepsummit.services import supervisor as services
 from deepsummit.services.mlflow_users import ensure_user
 
@@ -97,3 +99,10 @@ def test_only_the_pipeline_moves_the_champion(registry: str, monkeypatch, tmp_pa
     assert reader.get_model_version_by_alias("deepsummit", "champion").version == version.version
     with pytest.raises(MlflowException, match=r"PERMISSION_DENIED|Permission denied|403"):
         reader.set_registered_model_alias("deepsummit", "champion", version.version)
+
+    # `deepsummit predict` asks for the champion over the REST API, with MLflow's own login.
+    config = load_settings(overrides={"mlflow": {"tracking_uri": registry}}).mlflow
+    assert champion_version(config).version == version.version
+    login(monkeypatch, None)
+    with pytest.raises(PipelineError, match=r"HTTP 401"):
+        champion_version(config)

@@ -389,6 +389,10 @@ def test_the_secret_is_never_printed_and_status_says_where_it_is(stack: RunningS
     # The worker's health is asked of the API with the secret and a CSRF token.
     assert all(service.healthy for service in services.status(stack.settings))
     assert "NOT healthy" not in status.stdout and "stopped" not in status.stdout
+    # The health check a script runs: exit 0 and every service healthy in the document.
+    as_json = deepsummit(stack.overrides, "status", "--json")
+    assert as_json.returncode == 0, as_json.stderr
+    assert [s["healthy"] for s in json.loads(as_json.stdout)["services"]] == [True] * 3
 
 
 def test_up_refuses_a_server_that_does_not_take_the_secret(stack: RunningServices):

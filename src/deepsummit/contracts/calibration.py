@@ -18,8 +18,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Literal
 
 import numpy as np
-from scipy.optimize import minimize
-from sklearn.isotonic import IsotonicRegression
 
 Method = Literal["none", "temperature", "platt", "isotonic"]
 
@@ -45,6 +43,11 @@ class Calibrator:
 
     @classmethod
     def fit(cls, method: Method, logits: np.ndarray, labels: np.ndarray) -> Calibrator:
+        # Imported here: fitting is training's; a model that only applies its map (every
+        # `deepsummit predict`) is spared their second of imports.
+        from scipy.optimize import minimize
+        from sklearn.isotonic import IsotonicRegression
+
         logits, labels = np.asarray(logits, np.float64), np.asarray(labels, np.float64)
         if method == "none":
             return cls("none")

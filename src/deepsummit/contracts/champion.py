@@ -1,26 +1,37 @@
 """The registry as every stage reads it: which version is the champion, a data file of its model
-artifact, and a version's pyfunc, loaded only when its files are the ones registered (a
-registered model is code that `predict`, the outlook and the gate execute).
+artifact, and a version's files, used only when they are the ones registered (a registered model
+is code that `predict`, the outlook and the gate execute).
 
 The train stage registers versions and moves the alias (deepsummit/train/registry.py); everything
-else only reads, through these lookups.
+else only reads, through these lookups. MLflow is imported only where it is used: `deepsummit
+predict` asks a tracking server for the champion over its REST API and scores a verified copy
+kept in `mlflow.model_cache_dir`, so that a call pays neither MLflow's import nor a download.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import json
+import os
+import shutil
 import tempfile
 import urllib.error
+import urllib.parse
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
-
-import mlflow
-from mlflow import MlflowClient
-from mlflow.entities.model_registry import ModelVersion
+from typing import TYPE_CHECKING
 
 from deepsummit.contracts.artifact import ARTIFACT_NAME, files_digest
 from deepsummit.core.config import MlflowConfig
-from deepsummit.core.errors import PipelineError
+from deepsummit.core.errors import PipelineError, ServiceUnavailable
 from deepsummit.core.http_retry import send
+
+if TYPE_CHECKING:
+    import mlflow.pyfunc
+    from mlflow import MlflowClient
+    from mlflow.entities.model_registry import ModelVersion
 
 # Tags every registered version carries (written before the gate runs).
 TAG_TEST_DIGEST = "test_split_digest"
@@ -31,9 +42,32 @@ TAG_FILES_DIGEST = "model_files_sha256"
 TAG_DECISION = "champion_decision"
 TAG_REASON = "champion_reason"
 
+# Where the model artifact (deepsummit/contracts/artifact.py) lies in a registered version.
+ARTIFACT_PATH = f"artifacts/{ARTIFACT_NAME}"
+REGISTRY_TIMEOUT_S = 10.0
+# What MLflow's client reads to reach a tracking server beyond a user and password or a token
+# (TLS settings, an auth plugin): with any of them set, the champion is asked through MLflow.
+_CLIENT_ONLY_VARIABLES = (
+    "MLFLOW_TRACKING_INSECURE_TLS",
+    "MLFLOW_TRACKING_SERVER_CERT_PATH",
+    "MLFLOW_TRACKING_CLIENT_CERT_PATH",
+    "MLFLOW_TRACKING_AUTH",
+)
+# The registry's answers that mean "no such model" and "no such alias".
+_NOT_FOUND = frozenset({"RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"})
+
 
 class ModelFilesChanged(PipelineError):
     """A registered version's files differ from the ones registered: never loaded."""
+
+
+@dataclass(frozen=True)
+class RegisteredVersion:
+    """A registered version as its readers need it."""
+
+    name: str
+    version: str
+    tags: dict[str, str]
 
 
 def current_champion(client: MlflowClient, name: str, alias: str) -> ModelVersion | None:
@@ -43,17 +77,75 @@ def current_champion(client: MlflowClient, name: str, alias: str) -> ModelVersio
     return client.get_model_version_by_alias(name, alias)
 
 
-def champion_version(config: MlflowConfig) -> ModelVersion:
+def champion_version(config: MlflowConfig) -> RegisteredVersion:
     """The version the champion alias names now (pin its number: the alias may move), or one
     line saying there is none."""
-    client = MlflowClient(config.tracking_uri)
     name, alias = config.registered_model, config.champion_alias
-    try:
-        return client.get_model_version_by_alias(name, alias)
-    except mlflow.exceptions.MlflowException:
-        raise PipelineError(
+    if _over_rest(config.tracking_uri):
+        found = _alias_over_rest(config.tracking_uri, name, alias)
+    else:
+        found = _alias_by_client(config.tracking_uri, name, alias)
+    if found is None:
+        raise ServiceUnavailable(
             f"no model {name}@{alias} at {config.tracking_uri}: run `deepsummit train`"
+        )
+    return found
+
+
+def _over_rest(tracking_uri: str) -> bool:
+    return tracking_uri.startswith(("http://", "https://")) and not any(
+        os.environ.get(variable) for variable in _CLIENT_ONLY_VARIABLES
+    )
+
+
+def _credentials() -> dict[str, str]:
+    """MLflow's own login variables as a header, as its client sends them."""
+    user, password = (os.environ.get(f"MLFLOW_TRACKING_{k}") for k in ("USERNAME", "PASSWORD"))
+    if user and password:
+        return {
+            "Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+        }
+    token = os.environ.get("MLFLOW_TRACKING_TOKEN")
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def _alias_over_rest(tracking_uri: str, name: str, alias: str) -> RegisteredVersion | None:
+    query = urllib.parse.urlencode({"name": name, "alias": alias})
+    url = f"{tracking_uri.rstrip('/')}/api/2.0/mlflow/registered-models/alias?{query}"
+    try:
+        _, body = send(urllib.request.Request(url, headers=_credentials()), REGISTRY_TIMEOUT_S)
+    except urllib.error.HTTPError as error:
+        answer = error.read().decode(errors="replace")
+        try:
+            code = json.loads(answer).get("error_code")
+        except ValueError:
+            code = None
+        if code in _NOT_FOUND:
+            return None
+        raise PipelineError(
+            f"MLflow registry {tracking_uri}: HTTP {error.code} {error.reason} to the champion "
+            f"lookup ({' '.join(answer.split())[:200]})"
         ) from None
+    except (urllib.error.URLError, OSError) as error:
+        if isinstance(error, PipelineError):  # transient answers until the retries ran out
+            raise
+        reason = getattr(error, "reason", error)
+        raise ServiceUnavailable(
+            f"MLflow registry {tracking_uri} is not answering ({reason})"
+        ) from None
+    found = json.loads(body)["model_version"]
+    tags = {tag["key"]: tag["value"] for tag in found.get("tags", [])}
+    return RegisteredVersion(found["name"], str(found["version"]), tags)
+
+
+def _alias_by_client(tracking_uri: str, name: str, alias: str) -> RegisteredVersion | None:
+    import mlflow
+
+    try:
+        found = mlflow.MlflowClient(tracking_uri).get_model_version_by_alias(name, alias)
+    except mlflow.exceptions.MlflowException:
+        return None
+    return RegisteredVersion(found.name, str(found.version), dict(found.tags))
 
 
 def registry_reachable(tracking_uri: str, timeout_s: float = 3.0) -> bool:
@@ -72,14 +164,16 @@ def registry_reachable(tracking_uri: str, timeout_s: float = 3.0) -> bool:
 def champion_file(config: MlflowConfig, relative: str) -> tuple[str, Path] | None:
     """(version, local copy) of a data file of the champion's model artifact (e.g. its drift
     reference); None without a reachable registry, a champion, or that file."""
+    import mlflow
+
     if not registry_reachable(config.tracking_uri):
         return None
-    client = MlflowClient(config.tracking_uri)
+    client = mlflow.MlflowClient(config.tracking_uri)
     champion = current_champion(client, config.registered_model, config.champion_alias)
     if champion is None:
         return None
     mlflow.set_tracking_uri(config.tracking_uri)
-    uri = f"models:/{config.registered_model}/{champion.version}/artifacts/{ARTIFACT_NAME}"
+    uri = f"models:/{config.registered_model}/{champion.version}/{ARTIFACT_PATH}"
     try:
         local = mlflow.artifacts.download_artifacts(artifact_uri=f"{uri}/{relative}")
     except mlflow.exceptions.MlflowException:
@@ -87,21 +181,65 @@ def champion_file(config: MlflowConfig, relative: str) -> tuple[str, Path] | Non
     return str(champion.version), Path(local)
 
 
-def load_verified(tracking_uri: str, name: str, version: str) -> mlflow.pyfunc.PyFuncModel:
-    """The pyfunc of version `version`, after checking that its files are the ones registered
-    (a registered model is code that `predict` and the gate execute)."""
-    mlflow.set_tracking_uri(tracking_uri)  # models:/ URIs resolve through the global registry
-    expected = (
-        MlflowClient(tracking_uri).get_model_version(name, version).tags.get(TAG_FILES_DIGEST)
-    )
-    local = Path(tempfile.mkdtemp(prefix=f"{name}-v{version}-"))
-    mlflow.artifacts.download_artifacts(
-        artifact_uri=f"models:/{name}/{version}", dst_path=str(local)
-    )
-    found = files_digest(local)
+def verified_copy(
+    tracking_uri: str, version: RegisteredVersion, cache_dir: Path | None = None
+) -> Path:
+    """A local folder holding `version`'s files, checked against the digest registered with it.
+
+    With `cache_dir`, the copy kept there by an earlier call is used while its files still have
+    that digest (it is checked on every use, so a copy changed on disk is never used: it is
+    downloaded again); without, a fresh download into a temporary folder.
+    """
+    expected = version.tags.get(TAG_FILES_DIGEST)
+    if cache_dir is None:
+        folder = Path(tempfile.mkdtemp(prefix=f"{version.name}-v{version.version}-"))
+    else:
+        registry = hashlib.sha256(tracking_uri.encode()).hexdigest()[:16]
+        folder = cache_dir / registry / version.name / f"v{version.version}"
+        if expected is not None and folder.is_dir() and files_digest(folder) == expected:
+            return folder
+    _download(tracking_uri, version, folder)
+    found = files_digest(folder)
     if expected is None or found != expected:
+        shutil.rmtree(folder, ignore_errors=True)  # nothing unverified is left to be loaded
         raise ModelFilesChanged(
-            f"{name} v{version}: its files' sha256 is {found[:12]}, registered "
+            f"{version.name} v{version.version}: its files' sha256 is {found[:12]}, registered "
             f"{(expected or 'none')[:12]}: not loaded"
         )
+    return folder
+
+
+def _download(tracking_uri: str, version: RegisteredVersion, folder: Path) -> None:
+    """The version's files into `folder` (replacing what is there), downloaded beside it first:
+    a process that reads the cache meanwhile sees the old folder or the whole new one."""
+    import mlflow
+
+    mlflow.set_tracking_uri(tracking_uri)  # models:/ URIs resolve through the global registry
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
+    try:
+        mlflow.artifacts.download_artifacts(
+            artifact_uri=f"models:/{version.name}/{version.version}", dst_path=str(staging)
+        )
+        shutil.rmtree(folder, ignore_errors=True)
+        try:
+            staging.rename(folder)
+        except OSError:
+            if not folder.is_dir():
+                raise
+            # Another process put its download there meanwhile: checked like this one would be.
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def load_verified(
+    tracking_uri: str, name: str, version: str, cache_dir: Path | None = None
+) -> mlflow.pyfunc.PyFuncModel:
+    """The pyfunc of version `version`, after checking that its files are the ones registered
+    (a registered model is code that `predict` and the gate execute); `cache_dir` as for
+    `verified_copy`."""
+    import mlflow.pyfunc
+
+    tags = mlflow.MlflowClient(tracking_uri).get_model_version(name, version).tags
+    local = verified_copy(tracking_uri, RegisteredVersion(name, str(version), tags), cache_dir)
     return mlflow.pyfunc.load_model(str(local))

@@ -338,12 +338,17 @@ class FeaturesConfig(Section):
 
 
 class DriftConfig(Section):
-    """Input drift against the champion's training split (the drift stage, the outlook's
-    forecast weather): a feature whose population stability index passes `threshold` is flagged
-    (0.1 moderate, 0.25 major; deepsummit/contracts/drift.py), judged only with at least
-    `min_rows` rows on each side."""
+    """Input drift against the champion's training rows of the same season whose push days lie
+    within `weeks_around` weeks of those compared (the drift stage, the outlook's weather;
+    deepsummit/contracts/monitor.py): an input whose population stability index passes
+    `threshold` is flagged (0.1 moderate, 0.25 major), a weather variable whose mean lies more
+    than `shift_threshold` of the reference's standard deviations away (the weather of one
+    season is one sample of the year's, not rows apart: deepsummit/contracts/drift.py); each
+    judged only with at least `min_rows` rows on each side."""
 
     threshold: float = 0.25
+    shift_threshold: float = 3.0
+    weeks_around: int = 3
     min_rows: int = 50
 
 
@@ -396,7 +401,7 @@ class TrainConfig(Section):
 
 
 class MlflowConfig(Section):
-    OPERATIONAL = frozenset({"unreachable_wait_s", "request_retries"})
+    OPERATIONAL = frozenset({"unreachable_wait_s", "request_retries", "model_cache_dir"})
 
     tracking_uri: str = "http://127.0.0.1:5000"
     experiment: str = "deepsummit"
@@ -408,6 +413,14 @@ class MlflowConfig(Section):
     # MLflow's own retries of one request (MLFLOW_HTTP_REQUEST_MAX_RETRIES; its default, 7 with
     # doubling backoff, waits about 4 minutes without a word).
     request_retries: int = 3
+    # Verified copies of registered versions (deepsummit/contracts/champion.py): a process that
+    # scores with a version this machine has seen before downloads nothing.
+    model_cache_dir: Path = Path("var/cache/models")
+
+    @model_validator(mode="after")
+    def _absolute(self) -> MlflowConfig:
+        self.model_cache_dir = resolve_path(self.model_cache_dir)
+        return self
 
 
 class ServicesConfig(Section):

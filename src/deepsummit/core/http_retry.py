@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 
 import stamina
 
-from deepsummit.core.errors import PipelineError
+from deepsummit.core.errors import ServiceUnavailable
 
 RETRIED_STATUSES = frozenset(
     {
@@ -60,7 +60,7 @@ class RetryPolicy:
 DEFAULT_RETRY = RetryPolicy()
 
 
-class RetriesExhausted(PipelineError, urllib.error.URLError):
+class RetriesExhausted(ServiceUnavailable, urllib.error.URLError):
     """A server kept answering a transient refusal, or resetting the connection, until the
     attempts ran out (or the request was not one to repeat); `str()` is one line naming the
     server and its last answer. A URLError, so the callers that treat an unreachable server as

@@ -66,7 +66,8 @@ class RunOptions(BaseModel):
         "mlflow.tracking_uri", "MLflow tracking URI (server URL or sqlite:///…)."
     )
     forecast_url: str | None = _option("forecast.api_url", "Open-Meteo forecast endpoint.")
-    peaks: list[str] | None = _option(
+    # `peak`, not `peaks`: `peaks` is the records' peaks file (sources.peaks) above.
+    peak: list[str] | None = _option(
         "outlook.peaks", "Peak id(s) of the outlook, e.g. EVER (repeat --peak for more)."
     )
     first_day: date | None = _option(

@@ -13,12 +13,13 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from zoneinfo import ZoneInfo
 
-import pandas as pd
-
 from deepsummit.core.inputs import WEATHER_VARIABLES, WINDOW_DAYS
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 FieldType = Literal["string", "double", "boolean", "date"]
 # Who a field describes: the attempt itself, one member of the team, or the expedition's plan
@@ -143,6 +144,8 @@ def planned_record(values: Mapping[str, Any]) -> dict[str, Any]:
 def planned_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
     """Planned-attempt rows (`planned_record`, with their weather arrays) as the model's input
     frame: number columns stay doubles even when every value is missing."""
+    import pandas as pd  # here: the settings import this module, and most commands need no frame
+
     frame = pd.DataFrame(records)
     for field in PLANNED_FIELDS:
         if field.type == "double" and field.name in frame:

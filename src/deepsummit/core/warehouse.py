@@ -24,7 +24,7 @@ import duckdb
 import polars as pl
 
 from deepsummit.core.config import WarehouseConfig
-from deepsummit.core.errors import PipelineError
+from deepsummit.core.errors import BadInput, ServiceUnavailable
 
 DEFAULT_LOCK_TIMEOUT_S = WarehouseConfig().lock_timeout_s
 # DuckDB's message when another process holds the file (duckdb 2.0):
@@ -39,7 +39,7 @@ _MAX_COMMAND_CHARS = 160
 SQL_FILES = files("deepsummit") / "sql"
 
 
-class WarehouseLocked(PipelineError):
+class WarehouseLocked(ServiceUnavailable):
     """Another process held the warehouse file for the whole lock timeout."""
 
 
@@ -68,6 +68,8 @@ def connect(
     WarehouseLocked (one line naming the holder)."""
     if not read_only:
         path.parent.mkdir(parents=True, exist_ok=True)
+    elif not path.exists():
+        raise BadInput(f"{path}: no warehouse there; pass --warehouse, or run `deepsummit ingest`")
     con = _open_when_free(path, read_only, lock_timeout_s)
     try:
         yield con

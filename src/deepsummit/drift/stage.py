@@ -1,5 +1,6 @@
 """The drift stage: how far the newest season's inputs have moved from what the champion was
-trained on (population stability per input, deepsummit/contracts/drift.py does the statistics).
+trained on in the same season and weeks (population stability per tabular input, the shift of
+each weather variable's mean; deepsummit/contracts/monitor.py says what is compared with what).
 
 It reads a features snapshot and the champion, so a new champion renews this report and
 nothing else; the report is written as JSON under `<var_dir>/drift/` and logged to MLflow as a
@@ -44,7 +45,7 @@ class DriftCheck:
         if self.report is None:
             return f"input drift: not compared ({self.note})"
         return self.report.warning() or (
-            f"input drift: none above PSI {self.report.threshold:g} ({self.report.current} "
+            f"input drift: none ({self.report.thresholds}; {self.report.current} "
             f"against {self.report.reference})"
         )
 
@@ -74,10 +75,15 @@ def check_drift(settings: Settings, context: RunContext, features_snapshot: Path
         rows,
         read_windows(features_snapshot),
         Preprocessor.load(features_snapshot / PREPROCESSING_FILE).inputs,
-        settings.drift.threshold,
-        settings.drift.min_rows,
+        settings.drift,
         f"the newest season ({season}, {rows.height:,} attempts)",
     )
+    if report is None:
+        return DriftCheck(
+            None,
+            f"champion v{version} keeps no training rows of {season}'s season and weeks "
+            "(a champion trained before they were kept: the next training keeps them)",
+        )
     path = reports_dir(settings) / f"{features_snapshot.name}-v{version}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report.as_dict(), indent=2))

@@ -22,7 +22,7 @@ from prefect.types.names import RESTRICTED_ASSET_CHARACTERS
 
 from deepsummit.core import warehouse
 from deepsummit.core.config import Settings, SourcesConfig, is_url
-from deepsummit.core.errors import PipelineError
+from deepsummit.core.errors import PipelineError, ServiceUnavailable
 from deepsummit.features.tabular import HISTORY_TABLES
 from deepsummit.flows.artifacts import link
 from deepsummit.weather import store as weather_store
@@ -303,7 +303,7 @@ class ChampionModel(Resource):
         from deepsummit.contracts.champion import champion_version, registry_reachable
 
         if not registry_reachable(settings.mlflow.tracking_uri):
-            raise PipelineError(f"no MLflow registry at {settings.mlflow.tracking_uri}")
+            raise ServiceUnavailable(f"no MLflow registry at {settings.mlflow.tracking_uri}")
         return champion_version(settings.mlflow)
 
     def assets(self, settings: Settings, report: Any = None) -> list[Asset]:

@@ -23,7 +23,7 @@ import polars as pl
 from deepsummit.core import warehouse
 from deepsummit.core.config import IngestConfig, Settings, SourcesConfig
 from deepsummit.core.context import RunContext
-from deepsummit.core.errors import PipelineError
+from deepsummit.core.errors import BadInput, PipelineError
 from deepsummit.records import loaders as records
 from deepsummit.records.expectations import (
     ExpectationResult,
@@ -183,7 +183,7 @@ def _refuse_blocking_failures(
     """Stop before writing when a clean table breaks an expectation of severity critical."""
     for table, result in results.items():
         if result.blocking:
-            raise PipelineError(
+            raise BadInput(
                 f"{raws[table].source}: the {table} table it gives fails "
                 f"{', '.join(result.blocking)}; nothing written (results: {result.results_path})"
             )
@@ -242,7 +242,7 @@ def _refuse_shrinking(
             continue  # emptied on purpose
         before, after = stored[table], incoming[table].height
         if before and (before - after) / before > guards.max_shrink:
-            raise PipelineError(
+            raise BadInput(
                 f"{raws[table].source}: would leave {after:,} clean {table} rows where "
                 f"{before:,} are stored ({(before - after) / before:.0%} fewer, more than "
                 f"ingest.max_shrink = {guards.max_shrink:.0%}); nothing written. A truncated "

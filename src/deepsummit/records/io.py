@@ -9,7 +9,7 @@ import zlib
 from pathlib import Path
 
 from deepsummit.core.config import is_url
-from deepsummit.core.errors import SourceUnreadable
+from deepsummit.core.errors import SourceUnavailable, SourceUnreadable
 from deepsummit.core.http_retry import send
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -48,7 +48,9 @@ def _fetch(url: str, timeout_s: float) -> bytes:
         _, data = send(request, timeout_s)  # a busy server's 429/502/503/504 are retried
         return data
     except urllib.error.HTTPError as error:
-        raise SourceUnreadable(url, f"HTTP {error.code} {error.reason}") from None
+        # 4xx: the URL is wrong or refused; 5xx: the server is down or busy for good.
+        failure = SourceUnreadable if error.code < 500 else SourceUnavailable
+        raise failure(url, f"HTTP {error.code} {error.reason}") from None
     except (urllib.error.URLError, TimeoutError, OSError) as error:
         reason = getattr(error, "reason", error)
-        raise SourceUnreadable(url, f"cannot fetch ({reason})") from None
+        raise SourceUnavailable(url, f"cannot fetch ({reason})") from None

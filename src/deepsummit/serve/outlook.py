@@ -28,7 +28,7 @@ from deepsummit.contracts.drift import DriftReport
 from deepsummit.contracts.monitor import weather_drift
 from deepsummit.core.config import OutlookConfig, Settings, TeamMember
 from deepsummit.core.context import RunContext
-from deepsummit.core.errors import PipelineError
+from deepsummit.core.errors import BadInput, ServiceUnavailable
 from deepsummit.core.inputs import WEATHER_VARIABLES, WINDOW_DAYS
 from deepsummit.core.planned import planned_frame, planned_record, today
 from deepsummit.core.warehouse import connect, query, registered, run
@@ -50,13 +50,13 @@ def read_team(path: Path) -> tuple[TeamMember, ...]:
     """A team file: CSV with a header of TeamMember's fields (name required, the rest may be
     blank); one clear line naming the file and line of a row that cannot be read."""
     if not path.exists():
-        raise PipelineError(f"{path}: no such team file")
+        raise BadInput(f"{path}: no such team file")
     columns = tuple(TeamMember.model_fields)
     with path.open(newline="") as handle:
         reader = csv.DictReader(handle)
         header = tuple(reader.fieldnames or ())
         if "name" not in header or set(header) - set(columns):
-            raise PipelineError(
+            raise BadInput(
                 f"{path}: columns must be among {', '.join(columns)} (name required); "
                 f"found {', '.join(header)}"
             )
@@ -68,9 +68,9 @@ def read_team(path: Path) -> tuple[TeamMember, ...]:
             except ValidationError as error:
                 first = error.errors()[0]
                 where = ".".join(map(str, first["loc"]))
-                raise PipelineError(f"{path}, line {line}: {where}: {first['msg']}") from None
+                raise BadInput(f"{path}, line {line}: {where}: {first['msg']}") from None
     if not members:
-        raise PipelineError(f"{path}: no members")
+        raise BadInput(f"{path}: no members")
     return tuple(members)
 
 
@@ -105,7 +105,7 @@ class OutlookReport:
     peaks: tuple[PeakOutlook, ...]
     model_version: str
     trained_on: str  # the weather source the model learnt from
-    drift: DriftReport | None  # None: no peak was fed weather
+    drift: DriftReport | None  # None: no peak was fed weather, or no like reference to compare
     chart: Path | None = None
     rows: int = 0  # rows written to the outlooks table
 
@@ -155,6 +155,42 @@ class OutlookReport:
         if self.chart is not None:
             lines.append(f"chart: {self.chart}")
         return "\n".join(lines)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The report as one JSON document (`deepsummit outlook --json`): per peak and push day
+        the team's expected summiters and each member's P, with the bands of the seeds."""
+        names = [member.name for member in self.members]
+        return {
+            "model_version": self.model_version,
+            "trained_on": self.trained_on,
+            "members": [member.model_dump(exclude_none=True) for member in self.members],
+            "peaks": [
+                {
+                    "peakid": peak.peakid,
+                    "weather_source": peak.weather_source,
+                    "best_day": peak.best.day,
+                    "days": [
+                        {
+                            "day": day.day,
+                            "expected_summiters": day.expected,
+                            "low": day.low,
+                            "high": day.high,
+                            "members": [
+                                {"name": name, "probability": p, "low": low, "high": high}
+                                for name, (p, low, high) in zip(names, day.members, strict=True)
+                            ],
+                        }
+                        for day in peak.days
+                    ],
+                    "notes": list(peak.notes),
+                }
+                for peak in self.peaks
+            ],
+            "drift": self.drift.as_dict() if self.drift else None,
+            "drift_note": self.drift.warning() if self.drift else None,
+            "chart": self.chart,
+            "rows_written": self.rows,
+        }
 
     def markdown(self) -> str:
         """Each peak's table (team and members per day, with bands) and the chart, for a
@@ -238,19 +274,19 @@ def check_horizon(
     stored past weather); else one line."""
     stored = f"the stored weather of {source}" if replay else f"the forecast {source}"
     if daily.is_empty():
-        raise PipelineError(
+        raise BadInput(
             f"{peakid}: no weather of {source!r} stored for the windows of {days[0]} … {days[-1]}"
         )
     first, last = daily["date"].min(), daily["date"].max()
     if days[-1] > last:
         horizon = stored if replay else "the forecast horizon"
-        raise PipelineError(
+        raise BadInput(
             f"{peakid}: push day {days[-1]} is beyond {horizon} ({last}, {source}); "
             f"the last candidate day can be {last}"
         )
     needed = days[0] - dt.timedelta(days=WINDOW_DAYS - 1)
     if needed < first:
-        raise PipelineError(
+        raise BadInput(
             f"{peakid}: push day {days[0]} needs weather from {needed}; {stored} starts "
             f"{first} (the first candidate day can be "
             f"{first + dt.timedelta(days=WINDOW_DAYS - 1)})"
@@ -276,7 +312,7 @@ def outlook_for(
     answers = model.predict(requests)
     errors = sorted({e for e in answers["error"] if isinstance(e, str) and e})
     if errors:
-        raise PipelineError(f"{peakid}: {errors[0]}")
+        raise BadInput(f"{peakid}: {errors[0]}")
     shape = (len(days), len(members))
     p, low, high = (
         answers[column].to_numpy(dtype=np.float64).reshape(shape)
@@ -308,9 +344,10 @@ def outlook_for(
 
 def forecast_drift(
     settings: Settings, artifact: ModelArtifact, requests: pd.DataFrame
-) -> DriftReport:
-    """The weather of the outlook's windows against the champion's training split: how far the
-    forecast is from the weather the model learnt from. (The team's own inputs are one
+) -> DriftReport | None:
+    """The weather of the outlook's windows against the champion's training rows of the same
+    season and weeks: how far it is from the weather the model learnt from at that time of
+    year; None when the champion keeps no such rows. (The team's own inputs are one
     expedition, a point against a population: not compared.)"""
     planned = parse_planned(requests)
     features, windows = planned_features(artifact, planned, list(planned.errors))
@@ -318,9 +355,8 @@ def forecast_drift(
         artifact.drift_reference,
         features.with_columns(peakid=pl.col("window_id")),  # each row's own window
         windows,
-        settings.drift.threshold,
-        settings.drift.min_rows,
-        f"the outlook's forecast weather ({', '.join(features['peakid'].unique().sort())}: "
+        settings.drift,
+        f"the outlook's weather ({', '.join(features['peakid'].unique().sort())}: "
         f"{len(requests)} planned attempts)",
     )
 
@@ -339,7 +375,9 @@ def plan_outlook(settings: Settings, context: RunContext) -> OutlookReport:
         forecast = newest_forecast(con, forecasted)
     missing = [p for p in forecasted if p not in forecast.sources]
     if missing:
-        raise PipelineError(f"no forecast stored for {', '.join(missing)}: run the forecast first")
+        raise ServiceUnavailable(
+            f"no forecast stored for {', '.join(missing)}: run the forecast first"
+        )
     weather = {
         peakid: (forecast.daily.filter(pl.col("peakid") == peakid), forecast.sources[peakid])
         if peakid in forecast.sources
@@ -359,7 +397,7 @@ def replay_outlook(settings: Settings, context: RunContext) -> OutlookReport:
     source has no weather of gets, with outlook.without_weather, the plan's P without it."""
     config = settings.outlook
     if config.as_of is None:
-        raise PipelineError("a replay needs a date: --as-of YYYY-MM-DD (outlook.as_of)")
+        raise BadInput("a replay needs a date: --as-of YYYY-MM-DD (outlook.as_of)")
     source = settings.weather.source
     days = candidate_days(config.as_of, config.days)
     first = days[0] - dt.timedelta(days=WINDOW_DAYS - 1)
@@ -390,7 +428,9 @@ def score_outlook(
     members = team(settings.outlook)
     champion = champion_version(settings.mlflow)
     version = str(champion.version)
-    model = load_verified(settings.mlflow.tracking_uri, champion.name, version)
+    model = load_verified(
+        settings.mlflow.tracking_uri, champion.name, version, settings.mlflow.model_cache_dir
+    )
     artifact: ModelArtifact = model.unwrap_python_model().artifact
     peaks, fed = [], []  # fed: the requests that carried weather, the drift's rows
     for peakid, (daily, source) in weather.items():

@@ -2,7 +2,9 @@
 
 It states one member's planned push in the model's input layout (deepsummit/serve/planned.py),
 adds the 90 days of weather up to the push day from the warehouse, in the source the champion
-was trained on, and asks the champion (its files checked against their registered digest). The
+was trained on, and asks the champion: its artifact, from a local copy checked against the
+registered digest, answers through the very function its pyfunc runs (`scoring.answers`), so the
+number is the registered model's without MLflow's import or a download on every call. The
 features are built inside the model, by the training code, from what the model froze.
 """
 
@@ -10,19 +12,26 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import duckdb
 import polars as pl
 
-from deepsummit.contracts.champion import TAG_WEATHER_SOURCE, champion_version, load_verified
+from deepsummit.contracts.artifact import ModelArtifact
+from deepsummit.contracts.champion import (
+    ARTIFACT_PATH,
+    TAG_WEATHER_SOURCE,
+    champion_version,
+    verified_copy,
+)
 from deepsummit.core.config import Settings
-from deepsummit.core.errors import PipelineError
+from deepsummit.core.errors import BadInput
 from deepsummit.core.inputs import WEATHER_VARIABLES, WINDOW_DAYS
 from deepsummit.core.planned import planned_frame, planned_record, season_of, today
 from deepsummit.core.warehouse import connect, query
 from deepsummit.serve.planned import parse_planned
+from deepsummit.serve.scoring import answers
 
 TOP_TOKENS = 5
 
@@ -52,10 +61,25 @@ class Prediction:
                 else "without weather: the weather took no part)"
             ),
             "tokens that weighed most (attention rollout from CLS):",
-            *(f"  {token.strip()}" for token in self.top_tokens.split(";") if token.strip()),
+            *(f"  {token}" for token in _listed(self.top_tokens)),
         ]
-        lines += [f"note: {note.strip()}" for note in self.notes.split(";") if note.strip()]
+        lines += [f"note: {note}" for note in _listed(self.notes)]
         return "\n".join(lines)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The prediction as one JSON document (`deepsummit predict --json`): the notes and the
+        tokens as lists, the attempt with its season."""
+        return {
+            **asdict(self),
+            "top_tokens": _listed(self.top_tokens),
+            "notes": _listed(self.notes),
+            "attempt": {**self.attempt, "season": season_of(self.attempt)},
+        }
+
+
+def _listed(joined: str) -> list[str]:
+    """The items of an answer's "; "-joined column (its notes, its top tokens)."""
+    return [item.strip() for item in joined.split(";") if item.strip()]
 
 
 def check_known(
@@ -71,21 +95,21 @@ def check_known(
         {"peakid": peak, "nationality": nationality},
     ).to_dicts()
     if not known["peak_known"]:
-        raise PipelineError(f"unknown peak {peak!r}: not in the warehouse's peaks table")
+        raise BadInput(f"unknown peak {peak!r}: not in the warehouse's peaks table")
     if known["first_record"] is None:
-        raise PipelineError(f"peak {peak!r}: no expedition of the records has a date on it")
+        raise BadInput(f"peak {peak!r}: no expedition of the records has a date on it")
     if push < known["first_record"]:
-        raise PipelineError(
+        raise BadInput(
             f"push_date {push}: before the records' first expedition on {peak} "
             f"({known['first_record']}); the model knows nothing of the peak then"
         )
     if push > today:
-        raise PipelineError(
+        raise BadInput(
             f"push_date {push}: in the future; `deepsummit outlook` answers for the coming "
             "days from a forecast"
         )
     if not known["nationality_known"]:
-        raise PipelineError(
+        raise BadInput(
             f"unknown nationality {nationality!r}: no member of the records has "
             "that citizenship (spell it as the records do, e.g. 'Nepal', 'USA', 'UK')"
         )
@@ -105,7 +129,7 @@ def daily_weather(
     frame = pl.DataFrame({"date": days}).join(rows, on="date", how="left")
     missing = frame.filter(pl.all_horizontal(pl.col(WEATHER_VARIABLES).is_null())).height
     if missing:
-        raise PipelineError(
+        raise BadInput(
             f"no weather for {peak} on {push} in source {source!r}: {missing} of {WINDOW_DAYS} "
             "days missing; load that period with `deepsummit weather` first"
         )
@@ -118,10 +142,10 @@ def predict_attempt(settings: Settings, planned: Mapping[str, Any]) -> Predictio
     try:
         record = planned_record(planned)
     except ValueError as error:
-        raise PipelineError(str(error)) from None
+        raise BadInput(str(error)) from None
     [error] = parse_planned(planned_frame([record])).errors
     if error:
-        raise PipelineError(error)
+        raise BadInput(error)
     with connect(settings.paths.warehouse, read_only=True) as con:
         # Before the registry is asked: bad input fails at once, naming what is wrong.
         sources = check_known(con, planned, today(settings.weather.timezone))
@@ -135,11 +159,12 @@ def predict_attempt(settings: Settings, planned: Mapping[str, Any]) -> Predictio
         with connect(settings.paths.warehouse, read_only=True) as con:
             weather = daily_weather(con, planned["peak"], planned["push_date"], source)
         why_absent = ""
-    model = load_verified(settings.mlflow.tracking_uri, name, version)
+    local = verified_copy(settings.mlflow.tracking_uri, champion, settings.mlflow.model_cache_dir)
+    artifact = ModelArtifact.load(local / ARTIFACT_PATH)
     request = planned_frame([{**record, "weather_source": source, **weather}])
-    [answer] = model.predict(request, params={"top_tokens": TOP_TOKENS}).to_dict(orient="records")
+    [answer] = answers(artifact, request, TOP_TOKENS).to_dict(orient="records")
     if answer["error"]:
-        raise PipelineError(answer["error"])
+        raise BadInput(answer["error"])
     return Prediction(
         probability=float(answer["probability"]),
         low=float(answer["probability_low"]),

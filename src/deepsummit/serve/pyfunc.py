@@ -16,7 +16,7 @@ from mlflow.types.schema import Array, ColSpec, ParamSchema, ParamSpec, Schema
 
 from deepsummit.contracts.artifact import ARTIFACT_NAME, ModelArtifact
 from deepsummit.core.planned import PLANNED_COLUMNS, WEATHER_COLUMNS
-from deepsummit.serve.scoring import score
+from deepsummit.serve.scoring import answers
 
 # The file MLflow imports to build the pyfunc of a registered version ("models from code").
 MODEL_CODE_FILE = Path(__file__).with_name("model_code.py")
@@ -48,5 +48,4 @@ class DeepSummitModel(mlflow.pyfunc.PythonModel):
     def predict(
         self, context: Any, model_input: pd.DataFrame, params: dict[str, Any] | None = None
     ) -> pd.DataFrame:
-        top_tokens = int((params or {}).get("top_tokens", 0))
-        return score(self.artifact, model_input, top_tokens).frame(with_tokens=top_tokens > 0)
+        return answers(self.artifact, model_input, int((params or {}).get("top_tokens", 0)))

@@ -167,6 +167,12 @@ def score(artifact: ModelArtifact, request: pd.DataFrame, top_tokens: int = 0) -
     return Scored(probability, low, high, weather_used, errors, notes, tokens)
 
 
+def answers(artifact: ModelArtifact, request: pd.DataFrame, top_tokens: int = 0) -> pd.DataFrame:
+    """The registered model's answer to `request`, as its pyfunc returns it (with the
+    `top_tokens` that weighed most when asked for)."""
+    return score(artifact, request, top_tokens).frame(with_tokens=top_tokens > 0)
+
+
 def _new_agency_notes(artifact: ModelArtifact, features: pl.DataFrame) -> list[str]:
     """Per row, a note when the model reads the agency's success rate and the records have no
     earlier expedition of that agency (the rate is then the prior)."""

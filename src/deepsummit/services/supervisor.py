@@ -34,7 +34,7 @@ from pathlib import Path
 import yaml
 
 from deepsummit.core.config import PROJECT_DIR_VARIABLE, PROJECT_ROOT, Settings
-from deepsummit.core.errors import PipelineError
+from deepsummit.core.errors import ServiceUnavailable
 from deepsummit.core.http_retry import send
 from deepsummit.services import alerts
 from deepsummit.services.prefect_api import PrefectApi
@@ -50,7 +50,7 @@ PREFECT_YAML = PROJECT_ROOT / "prefect.yaml"
 WORKER_NAME = "deepsummit-local"
 
 
-class ServiceError(PipelineError):
+class ServiceError(ServiceUnavailable):
     """A service did not start, did not become healthy, or its port is taken."""
 
 

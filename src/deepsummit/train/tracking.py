@@ -18,7 +18,7 @@ from mlflow import ActiveRun
 
 from deepsummit.contracts.champion import registry_reachable
 from deepsummit.core.config import PROJECT_ROOT, MlflowConfig, TrainConfig
-from deepsummit.core.errors import PipelineError
+from deepsummit.core.errors import ServiceUnavailable
 from deepsummit.model.config import ModelConfig
 from deepsummit.train.evaluation import plot_learning_curve
 from deepsummit.train.trainer import EpochRecord
@@ -75,7 +75,7 @@ def wait_for_tracking(config: MlflowConfig, during: str, poll_s: float = 2.0) ->
         if registry_reachable(uri):
             logger.info("MLflow tracking server %s answers again", uri)
             return
-    raise PipelineError(
+    raise ServiceUnavailable(
         f"MLflow tracking server {uri} did not answer for {config.unreachable_wait_s:.0f} s "
         f"({during}); the checkpoints are kept: rerun once it is up to resume"
     )

@@ -27,7 +27,7 @@ import polars as pl
 
 from deepsummit.core.config import Settings, WeatherConfig
 from deepsummit.core.context import RunContext
-from deepsummit.core.errors import PipelineError, QuotaExhausted
+from deepsummit.core.errors import BadInput, QuotaExhausted
 from deepsummit.core.planned import today
 from deepsummit.core.warehouse import connect, query
 from deepsummit.weather import ledger, openmeteo, store
@@ -127,7 +127,7 @@ def _forecast_peaks(con: Any, peakids: list[str]) -> dict[str, dict[str, Any]]:
     }
     for peakid in peakids:
         if peakid not in found:
-            raise PipelineError(f"unknown peak {peakid!r}: not in the warehouse's peaks table")
+            raise BadInput(f"unknown peak {peakid!r}: not in the warehouse's peaks table")
     return {peakid: found[peakid] for peakid in peakids}
 
 
@@ -156,7 +156,7 @@ def forecast_locations(con: Any, peakids: list[str], config: WeatherConfig) -> d
     untrusted = _untrusted(rows)
     if untrusted:
         first = next(iter(untrusted.values()))
-        raise PipelineError(
+        raise BadInput(
             f"{first}; set published coordinates in peaks.csv, or ask with --without-weather "
             "(outlook.without_weather) for the plan's P without weather"
         )

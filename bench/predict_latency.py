@@ -1,0 +1,80 @@
+"""Wall time of whole `deepsummit predict` processes, from start to exit, against the configured
+services and champion (`deepsummit up` and `make train` first), beside the same command of
+another commit:
+
+    git worktree add --detach /tmp/deepsummit-0ab03f4 0ab03f4
+    .venv/bin/python bench/predict_latency.py --baseline /tmp/deepsummit-0ab03f4 [--runs 7]
+
+The baseline runs with this venv's Python, that checkout's src/ first on the path and this
+checkout as the project folder (DEEPSUMMIT_PROJECT_DIR), so both commands read the same
+warehouse, registry and settings. They alternate run by run, after a warm-up run each (the
+first fills the champion's local copy), so that a machine slowing down slows both. Prints min,
+median and max wall seconds of each, and the median ratio. The attempt is the issue's:
+
+    deepsummit predict --peak AMAD --push-date 2019-05-10 --age 40 --sex M --nationality USA \\
+        --commercial
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+PROJECT = Path(__file__).resolve().parents[1]
+ATTEMPT = (
+    "predict", "--peak", "AMAD", "--push-date", "2019-05-10", "--age", "40", "--sex", "M",
+    "--nationality", "USA", "--commercial",
+)  # fmt: skip
+
+
+def wall_seconds(command: list[str], env: dict[str, str]) -> float:
+    started = time.perf_counter()
+    result = subprocess.run(command, env=env, cwd=PROJECT, capture_output=True, text=True)
+    seconds = time.perf_counter() - started
+    if result.returncode != 0:
+        sys.exit(f"{' '.join(command)} exited {result.returncode}: {result.stderr[-2000:]}")
+    return seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--baseline", type=Path, help="a checkout of the commit to compare with")
+    args = parser.parse_args()
+    command = [sys.executable, "-m", "deepsummit.cli.app", *ATTEMPT]
+    commands = {"this checkout": (command, dict(os.environ))}
+    if args.baseline:
+        baseline_env = {
+            **os.environ,
+            "PYTHONPATH": str(args.baseline.resolve() / "src"),
+            "DEEPSUMMIT_PROJECT_DIR": str(PROJECT),
+        }
+        commands[f"baseline {args.baseline}"] = (command, baseline_env)
+    for argv, env in commands.values():
+        wall_seconds(argv, env)  # warm-up: page cache, the champion's local copy
+    seconds: dict[str, list[float]] = {name: [] for name in commands}
+    for _ in range(args.runs):
+        for name, (argv, env) in commands.items():
+            seconds[name].append(wall_seconds(argv, env))
+
+    print(f"`deepsummit {' '.join(ATTEMPT)}`, {args.runs} runs each, alternating")
+    print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs\n")
+    print("| command | min s | median s | max s |")
+    print("| --- | ---: | ---: | ---: |")
+    for name, values in seconds.items():
+        print(
+            f"| {name} | {min(values):.2f} | {statistics.median(values):.2f} | {max(values):.2f} |"
+        )
+    if args.baseline:
+        new, old = (statistics.median(values) for values in seconds.values())
+        print(f"\nmedian ratio this / baseline: {new / old:.2f}")
+
+
+if __name__ == "__main__":
+    main()

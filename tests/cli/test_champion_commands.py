@@ -1,0 +1,134 @@
+"""The commands that read the champion, run as a script runs them, against a real MLflow tracking
+server: `predict --json` and `outlook --json` print one JSON document and nothing else on stdout,
+with the numbers of the Python API; a second `predict` scores the champion's verified copy and
+imports no MLflow; `--version` names the champion."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from flows_fixtures import as_environment, isolated_paths
+from services_fixtures import STARTUP_TIMEOUT_S, free_port
+from training_fixtures import (
+    TrainedRegistry,
+    trained_registry_fixture,  # noqa: F401 (the fixture)
+)
+
+from deepsummit.core.config import PROJECT_ROOT, load_settings
+from deepsummit.serve.predict import predict_attempt
+from deepsummit.services import supervisor as services
+
+pytest_plugins = ["features_fixtures"]
+
+TEAM_FILE = PROJECT_ROOT / "deployments" / "outlook-team.csv"
+EVEREST = {"peak": "EVER", "push_date": dt.date(2019, 5, 20), "age": 35, "nationality": "USA"}
+EVEREST_OPTIONS = ("--peak", "EVER", "--push-date", "2019-05-20", "--age", "35")
+
+
+@pytest.fixture(scope="module")
+def tracking_server(
+    trained_registry: TrainedRegistry, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """The registry fixture's store behind an MLflow tracking server, as `deepsummit up` runs
+    one."""
+    port = free_port()
+    run_dir = tmp_path_factory.mktemp("tracking") / "services"
+    settings = load_settings(overrides={"services": {"run_dir": str(run_dir), "mlflow_port": port}})
+    command = [
+        str(Path(sys.executable).parent / "mlflow"), "server",
+        "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+        "--backend-store-uri", f"sqlite:///{trained_registry.root / 'mlflow.db'}",
+    ]  # fmt: skip
+    env = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    services.start_process(settings, services.MLFLOW_SERVER, command, env)
+    services._wait_healthy(
+        settings, services.MLFLOW_SERVER, services.mlflow_healthy, STARTUP_TIMEOUT_S
+    )
+    yield settings.services.mlflow_url
+    services.down(settings)
+
+
+@pytest.fixture(scope="module")
+def overrides(
+    tracking_server: str, bundle_features, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Any]:
+    """Settings of a user of that server and of the bundle's warehouse (no local services)."""
+    root = tmp_path_factory.mktemp("user")
+    settings = isolated_paths(root)
+    settings["paths"]["warehouse"] = str(bundle_features[0].paths.warehouse)
+    settings["services"].update(prefect_port=free_port(), mlflow_port=free_port())
+    settings["mlflow"] = {"tracking_uri": tracking_server, "model_cache_dir": str(root / "cache")}
+    return settings
+
+
+def cli(
+    overrides: dict[str, Any], *args: str, python: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "DEEPSUMMIT_"))}
+    result = subprocess.run(
+        [sys.executable, *python, "-m", "deepsummit.cli.app", *args],
+        env={**env, **as_environment(overrides)},
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+def test_predict_json_is_the_prediction_and_a_second_call_imports_no_mlflow(overrides) -> None:
+    first = cli(overrides, "predict", *EVEREST_OPTIONS, "--nationality", "USA", "--json")
+    document = json.loads(first.stdout)  # all of stdout is the one document
+    expected = predict_attempt(load_settings(overrides=overrides), EVEREST)
+    assert document["probability"] == pytest.approx(expected.probability, abs=1e-12)
+    assert document["top_tokens"] == [t.strip() for t in expected.top_tokens.split(";")]
+    assert document["attempt"] == {**EVEREST, "push_date": "2019-05-20", "season": "Spring"}
+    assert document["model_version"] == "1" and document["weather_used"] is True
+
+    second = cli(
+        overrides,
+        *("predict", *EVEREST_OPTIONS, "--nationality", "USA", "--json"),
+        python=("-X", "importtime"),
+    )
+    assert json.loads(second.stdout) == document
+    imported = {
+        line.rsplit("|", 1)[-1].strip()
+        for line in second.stderr.splitlines()
+        if line.startswith("import time:")
+    }
+    assert "torch" in imported  # the network runs in the process
+    assert not [name for name in imported if name.split(".")[0] in ("mlflow", "prefect")]
+
+
+def test_outlook_json_is_the_replay_report(overrides) -> None:
+    result = cli(
+        overrides,
+        *("outlook", "--peak", "EVER", "--as-of", "2019-05-10", "--days", "3"),
+        *("--weather-source", "archive", "--team", str(TEAM_FILE), "--json"),
+    )
+    document = json.loads(result.stdout)
+    (peak,) = document["peaks"]
+    assert [day["day"] for day in peak["days"]] == ["2019-05-10", "2019-05-11", "2019-05-12"]
+    assert [m["name"] for m in peak["days"][0]["members"]][:2] == ["Leader", "Climber 1"]
+    assert len(peak["days"][0]["members"]) == len(document["members"]) == 12
+    day = peak["days"][0]
+    assert day["expected_summiters"] == pytest.approx(sum(m["probability"] for m in day["members"]))
+    assert document["drift_note"] is None
+    assert "(Spring weeks " in document["drift"]["reference"]
+
+
+def test_version_names_the_champion(overrides, tracking_server: str) -> None:
+    result = cli(overrides, "--version")
+    assert result.stdout.splitlines() == [
+        "deepsummit 0.1.0",
+        f"champion: v1 (deepsummit@champion at {tracking_server})",
+    ]

@@ -1,0 +1,54 @@
+"""A registered version's verified copy: kept in the cache by registry, name and version, used
+again without a download while its files have the registered digest, downloaded again when
+they changed on disk, never used otherwise."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from training_fixtures import (
+    TrainedRegistry,
+    trained_registry_fixture,  # noqa: F401 (the fixture)
+)
+
+from deepsummit.contracts import champion
+from deepsummit.contracts.champion import (
+    ARTIFACT_PATH,
+    TAG_FILES_DIGEST,
+    ModelFilesChanged,
+    RegisteredVersion,
+    champion_version,
+    verified_copy,
+)
+
+pytest_plugins = ["features_fixtures"]
+
+
+def test_the_copy_is_kept_checked_and_mended(
+    trained_registry: TrainedRegistry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = trained_registry.settings.mlflow
+    uri, version = config.tracking_uri, champion_version(config)
+    assert version.version == "1" and TAG_FILES_DIGEST in version.tags
+
+    first = verified_copy(uri, version, tmp_path)
+    assert first.is_relative_to(tmp_path) and (first / ARTIFACT_PATH / "metadata.json").exists()
+    calibration = first / ARTIFACT_PATH / "calibration.json"
+    registered = calibration.read_text()
+
+    def no_download(*_: object) -> None:
+        raise AssertionError("downloaded again")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(champion, "_download", no_download)
+        assert verified_copy(uri, version, tmp_path) == first  # the kept copy, not a download
+
+    calibration.write_text(registered.replace('"method"', '"method" ', 1))  # changed on disk
+    assert verified_copy(uri, version, tmp_path) == first
+    assert calibration.read_text() == registered  # downloaded again: the registered files
+
+    forged = RegisteredVersion(version.name, version.version, {TAG_FILES_DIGEST: "0" * 64})
+    with pytest.raises(ModelFilesChanged, match="deepsummit v1: its files' sha256 is"):
+        verified_copy(uri, forged, tmp_path / "other")
+    assert not list((tmp_path / "other").rglob("*.pt"))  # nothing unverified is left
