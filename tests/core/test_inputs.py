@@ -1,5 +1,5 @@
 """When each model input becomes known: no decision-time model reads anything recorded after
-the climb, and the README's table is the declaration's."""
+the climb, and the model card's table (docs/model-card.md) is the declaration's."""
 
 from __future__ import annotations
 
@@ -48,8 +48,8 @@ def test_the_spec_profile_has_the_model_spec_s_20_tokens() -> None:
     assert all(INPUTS_BY_NAME[n].known is Known.BEFORE_DEPARTURE for n in spec.names)
 
 
-def test_the_readme_shows_when_each_input_is_known() -> None:
-    readme = (PROJECT_ROOT / "README.md").read_text()
+def test_the_model_card_shows_when_each_input_is_known() -> None:
+    card = (PROJECT_ROOT / "docs" / "model-card.md").read_text()
     for feature in TABULAR_INPUTS:
         row = f"| `{feature.name}` | {feature.kind} | {feature.known.value} |"
-        assert row in readme, row
+        assert row in card, row

@@ -1,5 +1,5 @@
 """The planned-attempt fields, declared once: the model's signature, the CLI's options, the
-outlook's settings and the README's table are all made from them."""
+outlook's settings and the serving page's table (docs/serving.md) are all made from them."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ from deepsummit.core.planned import (
 from deepsummit.serve.pyfunc import signature
 
 
-def test_the_readme_documents_every_field() -> None:
-    assert markdown_table() in (PROJECT_ROOT / "README.md").read_text()
+def test_the_serving_page_documents_every_field() -> None:
+    assert markdown_table() in (PROJECT_ROOT / "docs" / "serving.md").read_text()
 
 
 def test_the_model_signature_has_every_field() -> None:
