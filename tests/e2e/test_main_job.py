@@ -319,9 +319,7 @@ def test_a_stage_command_runs_as_a_flow_on_the_local_server(stack: Stack, first_
 
 def test_predict_scores_a_planned_attempt_with_the_champion(stack: Stack, first_run: str) -> None:
     output = stack.cli("predict", "--peak", "KANG", "--push-date", "2015-05-10", "--age", "35")
-    match = re.search(
-        r"P\(summit\) = (0\.\d+|1\.0+) \(seeds [^)]+\) for KANG on 2015-05-10", output
-    )
+    match = re.search(r"P\(summit\) = (0\.\d+|1\.0+) \(band [^)]+\) for KANG on 2015-05-10", output)
     assert match, output
     assert "deepsummit@champion" in output
     assert "tokens that weighed most" in output

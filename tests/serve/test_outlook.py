@@ -1,7 +1,7 @@
 """`deepsummit outlook`'s stage: each candidate push day of a peak scored for every member of the
 team by the registered champion, from the forecast the local Open-Meteo server issued; the team's
-expected summiters, the seeds' band, the best day, the outlooks table, and one clear line for a
-day beyond the forecast, a window before it, or a bad team file."""
+expected summiters, the band of the ensemble members, the best day, the outlooks table, and one
+clear line for a day beyond the forecast, a window before it, or a bad team file."""
 
 from __future__ import annotations
 

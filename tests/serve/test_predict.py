@@ -120,7 +120,7 @@ def test_a_planned_attempt_gets_a_probability_its_band_and_named_tokens(predict_
     )
     assert prediction.model_version == "1" and prediction.weather_source == "archive"
     text = prediction.render()
-    assert "P(summit)" in text and "seeds" in text
+    assert "P(summit)" in text and "band" in text and "ensemble members" in text
 
 
 def test_predict_is_the_registered_model_s_own_answer(predict_settings, trained_registry):

@@ -38,6 +38,8 @@ def test_every_baseline_learns_the_signal_on_the_same_split() -> None:
         assert result.validation.shape == (len(validation),)
         assert roc_auc_score(test.label, result.test) > 0.75, result.name
         assert result.train_seconds > 0 and result.predict_seconds_per_1000 > 0
+        # A fold without push-day candidates asks about no rows: an empty answer, no error.
+        assert result.predict(test.subset(np.arange(0))).shape == (0,)
 
 
 def test_every_baseline_reads_the_rows_weights() -> None:

@@ -3,9 +3,10 @@ candidate push day of the next two weeks, from the newest stored forecast, with 
 
 Every candidate day D is a planned attempt with its own 90 days D-89 … D: the forecast's past
 days and the days ahead up to D. The champion scores them as any MLflow client would, through
-its pyfunc (deepsummit/serve/pyfunc.py). Each P carries the band of the champion's training seeds;
-the team's expected summiters is the sum of its members' P (band: the sums of the seeds' lowest
-and highest). The best day is the one with the most expected summiters.
+its pyfunc (deepsummit/serve/pyfunc.py). Each P carries its band: the lowest and highest P of the
+champion's ensemble members (deepsummit/contracts/arrays.py); the team's expected summiters is
+the sum of its members' P (band: the sums of the lowest and of the highest). The best day is
+the one with the most expected summiters.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import pandas as pd
 import polars as pl
 from pydantic import ValidationError
 
+from deepsummit.contracts.arrays import BAND_MEANING
 from deepsummit.contracts.artifact import ModelArtifact
 from deepsummit.contracts.champion import TAG_WEATHER_SOURCE, champion_version, load_verified
 from deepsummit.contracts.drift import DriftReport
@@ -111,7 +113,8 @@ class OutlookReport:
 
     def render(self) -> str:
         """Per peak: a column per push day, for each member P and under it the band of the
-        model's seeds, then the team's expected summiters and its band; the best day starred."""
+        model's ensemble members, then the team's expected summiters and its band; the best day
+        starred."""
         width = max(16, *(len(m.name) for m in self.members))
 
         def row(label: str, cells: list[str]) -> str:
@@ -124,7 +127,7 @@ class OutlookReport:
         lines = []
         for peak in self.peaks:
             lines += [
-                f"{peak.peakid}: P(summit) per push day, the band of the model's seeds below; "
+                f"{peak.peakid}: P(summit) per push day, the band below ({BAND_MEANING}); "
                 f"model v{self.model_version} (trained on {self.trained_on!r} weather), fed "
                 f"{peak.weather_source!r}",
                 row(
@@ -158,7 +161,7 @@ class OutlookReport:
 
     def as_dict(self) -> dict[str, Any]:
         """The report as one JSON document (`deepsummit outlook --json`): per peak and push day
-        the team's expected summiters and each member's P, with the bands of the seeds."""
+        the team's expected summiters and each member's P, with their bands."""
         names = [member.name for member in self.members]
         return {
             "model_version": self.model_version,
@@ -203,7 +206,7 @@ class OutlookReport:
                 f"summiters of {len(self.members)} [{best.low:.2f}–{best.high:.2f}]",
                 "",
                 f"Model v{self.model_version}, trained on `{self.trained_on}` weather, fed "
-                f"`{peak.weather_source}`. Each P with the band of the model's seeds.",
+                f"`{peak.weather_source}`. Each P with its band: {BAND_MEANING}.",
                 "",
                 "| push day | team: expected summiters | "
                 + " | ".join(m.name for m in self.members)
@@ -492,7 +495,7 @@ def write_outlooks(settings: Settings, report: OutlookReport) -> int:
 
 def plot_outlook(report: OutlookReport, path: Path) -> Path:
     """One panel per peak: each member's P by push day (thin) and the team's mean P with the
-    band of the model's seeds (bold), the best day marked."""
+    band of the model's ensemble members (bold), the best day marked."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -511,7 +514,7 @@ def plot_outlook(report: OutlookReport, path: Path) -> Path:
             [d.low / size for d in peak.days],
             [d.high / size for d in peak.days],
             alpha=0.25,
-            label="seeds' band",
+            label="band (ensemble members)",
         )
         axes.plot(days, [d.expected / size for d in peak.days], marker="o", lw=2, label="team mean")
         best = peak.best

@@ -18,6 +18,7 @@ from typing import Any
 import duckdb
 import polars as pl
 
+from deepsummit.contracts.arrays import BAND_MEANING
 from deepsummit.contracts.artifact import ModelArtifact
 from deepsummit.contracts.champion import (
     ARTIFACT_PATH,
@@ -52,7 +53,7 @@ class Prediction:
     def render(self) -> str:
         a = self.attempt
         lines = [
-            f"P(summit) = {self.probability:.3f} (seeds {self.low:.3f}–{self.high:.3f}) for "
+            f"P(summit) = {self.probability:.3f} (band {self.low:.3f}–{self.high:.3f}) for "
             f"{a['peak']} on {a['push_date']} ({season_of(a)}), model {self.model_uri} "
             f"(v{self.model_version}, "
             + (
@@ -60,6 +61,7 @@ class Prediction:
                 if self.weather_used
                 else "without weather: the weather took no part)"
             ),
+            f"band: {BAND_MEANING}",
             "tokens that weighed most (attention rollout from CLS):",
             *(f"  {token}" for token in _listed(self.top_tokens)),
         ]

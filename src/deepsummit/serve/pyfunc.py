@@ -1,7 +1,7 @@
 """The registered model as an MLflow pyfunc: planned attempts in (deepsummit/serve/planned.py),
-calibrated P(summit) out, with the seeds' band, whether the weather took part, a per-row error
-and notes, and on request
-(`params={"top_tokens": 5}`) the tokens that weighed most. Served as is by
+calibrated P(summit) out, with its band (the ensemble members' lowest and highest P), whether
+the weather took part, a per-row error and notes, and on request (`params={"top_tokens": 5}`)
+the tokens that weighed most. Served as is by
 `mlflow models serve -m models:/deepsummit@champion --env-manager local`."""
 
 from __future__ import annotations

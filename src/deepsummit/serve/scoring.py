@@ -3,9 +3,10 @@ predict` and the outlook share.
 
 The features are computed with the training code: the tabular SQL over the history tables frozen
 into the artifact (as of the records the model was trained with), the windows SQL over the
-request's 90 daily weather rows, the artifact's preprocessing. Each seed's network gives a
-logit; the calibration map turns their mean into the answer and each one into a probability,
-whose lowest and highest are the band.
+request's 90 daily weather rows, the artifact's preprocessing. Each ensemble member (every
+member of every seed's network) gives a logit: the calibration map turns the logit of their mean
+probability into the answer, and each one into a probability, whose lowest and highest are the
+band.
 """
 
 from __future__ import annotations

@@ -86,8 +86,14 @@ def _timed(
     name: str, fit: Callable[[], Predictor], validation: FeatureArrays, test: FeatureArrays
 ) -> ModelPredictions:
     started = time.perf_counter()
-    predict = fit()
+    fitted = fit()
     train_seconds = time.perf_counter() - started
+
+    def predict(arrays: FeatureArrays) -> np.ndarray:
+        # No rows to score (a fold whose seasons have no push-day candidates, e.g. 2020's): an
+        # empty answer, where sklearn would refuse the empty matrix.
+        return fitted(arrays) if len(arrays) else np.empty(0)
+
     started = time.perf_counter()
     test_probabilities = predict(test)
     per_1000 = (time.perf_counter() - started) / max(1, len(test)) * 1000
