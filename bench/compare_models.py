@@ -23,10 +23,10 @@ from _training import split_groups
 
 from deepsummit.contracts.snapshot import load_features, newest_features_dir
 from deepsummit.core.config import load_settings
-from deepsummit.train.baselines import run_baselines
+from deepsummit.train.baselines import configured_baselines
 from deepsummit.train.comparison import ModelRow
 from deepsummit.train.stage import compare_with_seeds, transformer_predictions
-from deepsummit.train.trainer import train_model, training_slice
+from deepsummit.train.trainer import train_model
 
 
 def markdown(rows: tuple[ModelRow, ...]) -> str:
@@ -63,18 +63,10 @@ def main() -> None:
             preprocessor.model_dimensions(),
             Path(checkpoints),
         )
-    train = training_slice(arrays["train"], settings.train.max_train_rows, settings.train.seed)
     test = arrays["test"]
     models = [
         transformer_predictions([result], arrays),
-        *run_baselines(
-            train,
-            arrays["validation"],
-            test,
-            preprocessor.categorical_cardinalities,
-            settings.train.seed,
-            settings.train.num_threads,
-        ),
+        *configured_baselines(arrays, preprocessor.categorical_cardinalities, settings.train),
     ]
     comparison = compare_with_seeds(
         models, [result], arrays, split_groups(features_dir, "test"), settings.train.calibration

@@ -33,7 +33,7 @@ from _training import add_snapshot_options, bench_settings, print_wall, snapshot
 
 from deepsummit.contracts.arrays import ensemble_probability, member_logits
 from deepsummit.contracts.calibration import Calibrator
-from deepsummit.train.baselines import run_baselines
+from deepsummit.train.baselines import configured_baselines
 from deepsummit.train.comparison import TRANSFORMER, logit
 from deepsummit.train.expeditions import expedition_table
 from deepsummit.train.stage import (
@@ -42,7 +42,6 @@ from deepsummit.train.stage import (
     transformer_predictions,
     with_recency,
 )
-from deepsummit.train.trainer import training_slice
 
 REFIT = "transformer, refit through 2022"
 MIN_EXPEDITIONS = 30
@@ -92,13 +91,8 @@ def main() -> None:
         )
     refit_inputs = preprocessor.transform(test, data.windows).model_inputs()
     refit_test = ensemble_probability(member_logits([r.model for r in refit], refit_inputs))
-    baselines = run_baselines(
-        training_slice(data.arrays["train"], train_config.max_train_rows, train_config.seed),
-        data.arrays["validation"],
-        data.arrays["test"],
-        data.preprocessor.categorical_cardinalities,
-        train_config.seed,
-        train_config.num_threads,
+    baselines = configured_baselines(
+        data.arrays, data.preprocessor.categorical_cardinalities, train_config
     )
     columns = {
         TRANSFORMER: calibrator.probabilities(logit(transformer.test)),

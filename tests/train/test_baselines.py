@@ -11,6 +11,8 @@ from training_fixtures import CARDINALITIES, synthetic_arrays
 
 from deepsummit.train.baselines import linear_matrix, run_baselines, tree_matrix
 
+ROUNDS = 200  # enough to learn the synthetic signal; the trees' defaults cost ~50 s more
+
 
 def test_design_matrices_carry_every_input_and_mark_missing_values() -> None:
     arrays = synthetic_arrays(50, seed=3)
@@ -31,7 +33,9 @@ def test_every_baseline_learns_the_signal_on_the_same_split() -> None:
     train, validation, test = (
         synthetic_arrays(n, seed) for n, seed in ((800, 1), (300, 2), (300, 3))
     )
-    results = run_baselines(train, validation, test, CARDINALITIES, seed=0, num_threads=1)
+    results = run_baselines(
+        train, validation, test, CARDINALITIES, seed=0, num_threads=1, max_rounds=ROUNDS
+    )
     assert [r.name for r in results] == ["logistic regression", "LightGBM", "CatBoost"]
     for result in results:
         assert result.test.shape == (len(test),)
@@ -51,7 +55,11 @@ def test_every_baseline_reads_the_rows_weights() -> None:
     flipped = dataclasses.replace(
         train, weight=np.where(train.label == 1, 1e-6, 1.0).astype(np.float32)
     )
-    plain = run_baselines(train, validation, test, CARDINALITIES, seed=0, num_threads=1)
-    weighted = run_baselines(flipped, validation, test, CARDINALITIES, seed=0, num_threads=1)
+    plain = run_baselines(
+        train, validation, test, CARDINALITIES, seed=0, num_threads=1, max_rounds=ROUNDS
+    )
+    weighted = run_baselines(
+        flipped, validation, test, CARDINALITIES, seed=0, num_threads=1, max_rounds=ROUNDS
+    )
     for before, after in zip(plain, weighted, strict=True):
         assert after.test.mean() < 0.5 * before.test.mean(), before.name

@@ -56,11 +56,11 @@ from deepsummit.core.context import Progress, no_progress
 from deepsummit.core.errors import PipelineError
 from deepsummit.core.warehouse import connect
 from deepsummit.features.groups import PEAK_GROUPS, peak_groups
-from deepsummit.train.baselines import CATBOOST, LIGHTGBM, LOGISTIC, run_baselines
+from deepsummit.train.baselines import CATBOOST, LIGHTGBM, LOGISTIC, configured_baselines
 from deepsummit.train.comparison import TRANSFORMER, logit, slug
 from deepsummit.train.expeditions import ExpeditionTable, expedition_table
 from deepsummit.train.stage import refit, train_seeds, transformer_predictions, with_recency
-from deepsummit.train.trainer import training_knobs, training_slice
+from deepsummit.train.trainer import training_knobs
 
 logger = logging.getLogger(__name__)
 
@@ -314,13 +314,8 @@ def _baseline_scores(
             return {
                 name: Scores(*(saved[f"{name}/{part}"] for part in parts)) for name in BASELINES
             }
-    models = run_baselines(
-        training_slice(arrays["train"], train_config.max_train_rows, train_config.seed),
-        arrays["validation"],
-        arrays["test"],
-        inputs.preprocessor.categorical_cardinalities,
-        train_config.seed,
-        train_config.num_threads,
+    models = configured_baselines(
+        arrays, inputs.preprocessor.categorical_cardinalities, train_config
     )
     scores = {m.name: Scores(m.validation, m.test, m.predict(day_arrays)) for m in models}
     cache.parent.mkdir(parents=True, exist_ok=True)

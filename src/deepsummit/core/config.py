@@ -378,7 +378,8 @@ class TrainConfig(Section):
     recency_half_life: float | None = Field(None, gt=0)
     seed: int = 42
     # The transformer is trained this many times, with seeds seed, seed + 1, …: the answer is
-    # the calibrated mean of their logits, the band their lowest and highest P.
+    # the calibrated mean probability of every ensemble member of every training, the band
+    # their lowest and highest P.
     seeds: int = 3
     # Post-hoc calibration on the validation split (deepsummit/contracts/calibration.py).
     # Temperature: the one strictly monotone map that does not move the base rate, so the ranking of
@@ -388,6 +389,9 @@ class TrainConfig(Section):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     num_threads: int | None = None  # torch intra-op threads; None = torch's default
     max_train_rows: int | None = None  # a slice for quick runs and tests; None = all
+    # At most this many boosting rounds for the tree baselines (early stopping on validation
+    # AUC ends them sooner); None: LightGBM 2000, CatBoost its default 1000.
+    baseline_max_rounds: int | None = Field(None, ge=1)
     checkpoint_dir: Path = Path("var/checkpoints")
     # The features snapshot folder to train on; None = the newest under features.features_dir.
     snapshot: Path | None = None

@@ -14,7 +14,7 @@ defaults but for LightGBM's learning rate and sampling.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import catboost
@@ -26,6 +26,8 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import OneHotEncoder, StandardScaler
 
 from deepsummit.contracts.arrays import FeatureArrays
+from deepsummit.core.config import TrainConfig
+from deepsummit.train.trainer import training_slice
 
 ATTEMPT_DAY_TOKEN = 6  # the daily token of day D (tokens 0–6 are D-6 … D)
 EARLY_STOPPING_ROUNDS = 100  # rounds without a better validation AUC before a tree model stops
@@ -136,12 +138,13 @@ def lightgbm(
     test: FeatureArrays,
     seed: int,
     num_threads: int | None,
+    max_rounds: int | None = None,
 ) -> ModelPredictions:
     """Gradient-boosted trees, early-stopped on validation AUC like the transformer."""
 
     def fit() -> Predictor:
         model = lgb.LGBMClassifier(
-            n_estimators=2000,
+            n_estimators=max_rounds or 2000,
             learning_rate=0.05,
             num_leaves=31,
             subsample=0.8,
@@ -182,11 +185,13 @@ def catboost_trees(
     test: FeatureArrays,
     seed: int,
     num_threads: int | None,
+    max_rounds: int | None = None,
 ) -> ModelPredictions:
     """CatBoost at its default settings, early-stopped on validation AUC like the others."""
 
     def fit() -> Predictor:
         model = catboost.CatBoostClassifier(
+            iterations=max_rounds,  # None: CatBoost's default
             eval_metric="AUC",
             early_stopping_rounds=EARLY_STOPPING_ROUNDS,
             random_seed=seed,
@@ -206,6 +211,23 @@ def catboost_trees(
     return _timed(CATBOOST, fit, validation, test)
 
 
+def configured_baselines(
+    arrays: Mapping[str, FeatureArrays], cardinalities: tuple[int, ...], config: TrainConfig
+) -> list[ModelPredictions]:
+    """The baselines as the training settings ask: on the train split's slice
+    (`max_train_rows`), with its seed, threads and boosting rounds; scored on validation and
+    test."""
+    return run_baselines(
+        training_slice(arrays["train"], config.max_train_rows, config.seed),
+        arrays["validation"],
+        arrays["test"],
+        cardinalities,
+        config.seed,
+        config.num_threads,
+        config.baseline_max_rounds,
+    )
+
+
 def run_baselines(
     train: FeatureArrays,
     validation: FeatureArrays,
@@ -213,11 +235,12 @@ def run_baselines(
     cardinalities: tuple[int, ...],
     seed: int,
     num_threads: int | None = None,
+    max_rounds: int | None = None,
 ) -> list[ModelPredictions]:
     """The baselines, trained on `train` (with its rows' weights), scored on the transformer's
-    validation and test."""
+    validation and test; the trees boost at most `max_rounds` rounds (None: their defaults)."""
     return [
         logistic_regression(train, validation, test, cardinalities, seed),
-        lightgbm(train, validation, test, seed, num_threads),
-        catboost_trees(train, validation, test, seed, num_threads),
+        lightgbm(train, validation, test, seed, num_threads, max_rounds),
+        catboost_trees(train, validation, test, seed, num_threads, max_rounds),
     ]

@@ -60,7 +60,7 @@ from deepsummit.core.context import (
 )
 from deepsummit.core.planned import KEY_COLUMNS, SEASONS
 from deepsummit.core.warehouse import frame_digest
-from deepsummit.train.baselines import ModelPredictions, run_baselines
+from deepsummit.train.baselines import ModelPredictions, configured_baselines
 from deepsummit.train.bootstrap import weighted_auc
 from deepsummit.train.comparison import TRANSFORMER, Comparison, SeedSpread, compare, logit
 from deepsummit.train.evaluation import auc_by_group, plot_calibration, plot_roc
@@ -83,7 +83,6 @@ from deepsummit.train.trainer import (
     TrainResult,
     checkpoint_signature,
     train_model,
-    training_slice,
 )
 
 logger = logging.getLogger(__name__)
@@ -387,14 +386,7 @@ def evaluate(
     arrays = data.arrays
     models = [
         transformer_predictions(results, arrays),
-        *run_baselines(
-            training_slice(arrays["train"], settings.train.max_train_rows, settings.train.seed),
-            arrays["validation"],
-            arrays["test"],
-            data.preprocessor.categorical_cardinalities,
-            settings.train.seed,
-            settings.train.num_threads,
-        ),
+        *configured_baselines(arrays, data.preprocessor.categorical_cardinalities, settings.train),
     ]
     comparison = compare_with_seeds(
         models, results, arrays, data.groups("test"), settings.train.calibration
