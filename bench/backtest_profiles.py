@@ -15,9 +15,8 @@ ships) on identical held-out rows:
 
 and beside them the members' band, where each seed's best epoch fell, and the minutes its folds
 took when they were trained. The boosted trees of the same folds are the last rows, paired with
-the reference the same way. The second candidate is the profile as it was before the ensemble
-and the calendar (five trainings of one network): it costs the most, so `--only` can leave it
-out.
+the reference the same way. "before" is the profile as it was before the ensemble and the
+calendar (five trainings of one network): it costs the most, so `--only` can leave it out.
 
     .venv/bin/python bench/backtest_profiles.py --bundle /tmp/deepsummit-bundle --first 2016
 """
@@ -54,11 +53,11 @@ BEFORE = {  # the cpu profile before this comparison: five trainings of one netw
 }
 CANDIDATES: dict[str, dict[str, Any]] = {
     "the profile: 1 training of 4 members, calendar": {},
+    "refit on the validation years too": {"backtest.refit": True},
     "before: 5 seeds of 1 network, no calendar": BEFORE,
     "no calendar": {"features.extra_inputs": WITHOUT_CALENDAR},
-    "piecewise-linear numeric embeddings": {"model.numeric_embedding": "piecewise"},
     "recency weights, half-life 5 years": {"train.recency_half_life": 5.0},
-    "refit on the validation years too": {"backtest.refit": True},
+    "piecewise-linear numeric embeddings": {"model.numeric_embedding": "piecewise"},
 }
 
 
