@@ -24,7 +24,9 @@ import logging
 import math
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import Executor, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,9 +35,11 @@ import mlflow
 import numpy as np
 import pandas as pd
 import polars as pl
+import torch
 from mlflow import MlflowClient
 from mlflow.data.sources import LocalArtifactDatasetSource
 from sklearn.metrics import roc_auc_score
+from threadpoolctl import threadpool_limits
 
 from deepsummit.contracts.arrays import FeatureArrays, ensemble_probability, member_logits
 from deepsummit.contracts.artifact import ModelArtifact
@@ -201,16 +205,26 @@ def train_and_register(
     epochs = 2 * settings.train.seeds * settings.train.max_epochs  # evaluation, then refit
     with training_run(run_tags(settings, context, data)) as run:
         log_inputs(settings, data)
-        results = train_seeds(
-            settings.train,
-            settings.model,
-            data.training_arrays(settings.train),
-            data.preprocessor.model_dimensions(),
-            checkpoints,
-            partial_progress(context.progress, 0, epochs),
-            guarded_epoch_log(settings.mlflow),
+        with side_by_side(settings.train) as (transformer_config, baselines_config, pool):
+            baselines = pool.submit(
+                configured_baselines,
+                data.arrays,
+                data.preprocessor.categorical_cardinalities,
+                baselines_config,
+            )
+            results = train_seeds(
+                transformer_config,
+                settings.model,
+                data.training_arrays(settings.train),
+                data.preprocessor.model_dimensions(),
+                checkpoints,
+                partial_progress(context.progress, 0, epochs),
+                guarded_epoch_log(settings.mlflow),
+            )
+            baseline_models = baselines.result()
+        comparison, calibrated, expeditions = evaluate(
+            settings, data, results, baseline_models, context.run_dir
         )
-        comparison, calibrated, expeditions = evaluate(settings, data, results, context.run_dir)
         served = refit(
             settings,
             data.snapshot,
@@ -304,6 +318,28 @@ def refit(
     return Refit(results, preprocessor, results[0].train_rows, newest_season(rows))
 
 
+@contextmanager
+def side_by_side(config: TrainConfig) -> Iterator[tuple[TrainConfig, TrainConfig, Executor]]:
+    """The evaluation's transformer and the baselines trained at once: the baselines on one
+    core in a thread of the returned pool, the transformer on the others. A second thread
+    speeds a `cpu` training step up by a tenth only (0.084 s on one, 0.078 s on two), so on
+    two cores the baselines' half minute all but vanishes. Yields the transformer's and the
+    baselines' training settings; torch's and BLAS's thread counts are back as they were
+    after."""
+    threads = torch.get_num_threads()
+    cores = config.num_threads or threads
+    transformer = config.model_copy(update={"num_threads": max(1, cores - 1)})
+    baselines = config.model_copy(update={"num_threads": 1})
+    with (
+        threadpool_limits(limits=1, user_api="blas"),  # numpy's BLAS under the baselines
+        ThreadPoolExecutor(max_workers=1, thread_name_prefix="baselines") as pool,
+    ):
+        try:
+            yield transformer, baselines, pool
+        finally:
+            torch.set_num_threads(threads)
+
+
 def newest_season(rows: pl.DataFrame) -> str:
     """ "2025 Spring": the newest (year, season) among `rows`."""
     ranked = (
@@ -377,17 +413,18 @@ def log_inputs(settings: Settings, data: TrainingData) -> None:
 
 
 def evaluate(
-    settings: Settings, data: TrainingData, results: list[TrainResult], run_dir: Path
+    settings: Settings,
+    data: TrainingData,
+    results: list[TrainResult],
+    baselines: list[ModelPredictions],
+    run_dir: Path,
 ) -> tuple[Comparison, dict[str, np.ndarray], ExpeditionTable | None]:
-    """The transformer and the baselines on identical rows, calibrated the same way, compared
-    with intervals; metrics, the comparison, AUC by group and plots logged. Returns the
-    comparison, each model's calibrated test probabilities and, where the test split holds
+    """The transformer and the baselines (trained on identical rows) calibrated the same way,
+    compared with intervals; metrics, the comparison, AUC by group and plots logged. Returns
+    the comparison, each model's calibrated test probabilities and, where the test split holds
     expedition records, their table by expedition."""
     arrays = data.arrays
-    models = [
-        transformer_predictions(results, arrays),
-        *configured_baselines(arrays, data.preprocessor.categorical_cardinalities, settings.train),
-    ]
+    models = [transformer_predictions(results, arrays), *baselines]
     comparison = compare_with_seeds(
         models, results, arrays, data.groups("test"), settings.train.calibration
     )
