@@ -38,6 +38,7 @@ from deepsummit.train.registry import (
     gate,
     log_and_register,
 )
+from deepsummit.train.stage import TrainingData, refit, refit_beside
 
 pytest_plugins = ["features_fixtures"]
 
@@ -193,6 +194,35 @@ def test_the_registered_model_is_the_refit_and_serves_what_its_networks_say(
         reported.data.metrics["transformer_test_auc"], abs=1e-6
     )
     assert not np.allclose(stored, served)  # the refit is another model than the one judged
+
+
+def test_a_refit_beside_the_evaluation_is_the_refit_after_it(
+    trained_registry: TrainedRegistry, tmp_path: Path
+) -> None:
+    """A recipe that keeps its last epoch needs nothing from the evaluation to refit: the refit
+    started at once in its own process trains the network the refit after the evaluation
+    trains, weight for weight. A recipe that keeps its best epoch waits for it."""
+    base = trained_registry.settings
+    assert base.train.keep == "best"
+    with refit_beside(base, trained_registry.snapshot, tmp_path / "best") as pending:
+        assert pending is None
+    settings = base.model_copy(
+        update={"train": base.train.model_copy(update={"keep": "last", "seeds": 1})}
+    )
+    data = TrainingData.read(trained_registry.snapshot)
+    after = refit(
+        settings, data.snapshot, data.windows, data.preprocessor,
+        {settings.train.seed: settings.train.max_epochs}, tmp_path / "after",
+        epoch_log=lambda record, prefix: None,
+    )  # fmt: skip
+    with refit_beside(settings, trained_registry.snapshot, tmp_path / "beside", 1) as pending:
+        assert pending is not None
+        beside = pending.get(timeout=900)
+    assert (beside.rows, beside.trained_through) == (after.rows, "2025 Summer")
+    assert [len(r.history) for r in beside.results] == [settings.train.max_epochs]
+    expected = after.results[0].model.state_dict()
+    for name, tensor in beside.results[0].model.state_dict().items():
+        assert torch.equal(tensor, expected[name]), name
 
 
 def test_the_gate_refuses_a_challenger_whose_advantage_is_within_noise(

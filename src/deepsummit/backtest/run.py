@@ -251,7 +251,7 @@ def _run_fold(
             pl.concat([inputs.rows["train"], inputs.rows["validation"]]),
             windows,
             inputs.preprocessor,
-            evaluation,
+            {r.seed: r.best_epoch for r in evaluation},
             checkpoints / "refit",
             epoch_log=lambda record, prefix: None,
         )

@@ -22,12 +22,14 @@ import dataclasses
 import hashlib
 import logging
 import math
+import multiprocessing
 import shutil
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
+from multiprocessing.pool import AsyncResult
 from pathlib import Path
 from typing import Any
 
@@ -205,36 +207,45 @@ def train_and_register(
     epochs = 2 * settings.train.seeds * settings.train.max_epochs  # evaluation, then refit
     with training_run(run_tags(settings, context, data)) as run:
         log_inputs(settings, data)
-        with side_by_side(settings.train) as (transformer_config, baselines_config, pool):
-            baselines = pool.submit(
-                configured_baselines,
-                data.arrays,
-                data.preprocessor.categorical_cardinalities,
-                baselines_config,
+        refit_progress = partial_progress(context.progress, epochs // 2, epochs)
+        with refit_beside(settings, data.directory, checkpoints / "refit") as early_refit:
+            with side_by_side(settings.train, early_refit is not None) as cores:
+                baselines = cores.pool.submit(
+                    configured_baselines,
+                    data.arrays,
+                    data.preprocessor.categorical_cardinalities,
+                    cores.baselines,
+                )
+                results = train_seeds(
+                    cores.transformer,
+                    settings.model,
+                    data.training_arrays(settings.train),
+                    data.preprocessor.model_dimensions(),
+                    checkpoints,
+                    partial_progress(context.progress, 0, epochs),
+                    guarded_epoch_log(settings.mlflow),
+                )
+                baseline_models = baselines.result()
+            comparison, calibrated, expeditions = evaluate(
+                settings, data, results, baseline_models, context.run_dir
             )
-            results = train_seeds(
-                transformer_config,
-                settings.model,
-                data.training_arrays(settings.train),
-                data.preprocessor.model_dimensions(),
-                checkpoints,
-                partial_progress(context.progress, 0, epochs),
-                guarded_epoch_log(settings.mlflow),
-            )
-            baseline_models = baselines.result()
-        comparison, calibrated, expeditions = evaluate(
-            settings, data, results, baseline_models, context.run_dir
-        )
-        served = refit(
-            settings,
-            data.snapshot,
-            data.windows,
-            data.preprocessor,
-            results,
-            checkpoints / "refit",
-            partial_progress(context.progress, epochs // 2, epochs),
-            guarded_epoch_log(settings.mlflow),
-        )
+            if early_refit is None:
+                served = refit(
+                    settings,
+                    data.snapshot,
+                    data.windows,
+                    data.preprocessor,
+                    {r.seed: r.best_epoch for r in results},
+                    checkpoints / "refit",
+                    *refit_reporting(refit_progress, guarded_epoch_log(settings.mlflow)),
+                )
+            else:
+                served = early_refit.get()
+                report_epochs(
+                    served.results,
+                    settings.train,
+                    *refit_reporting(refit_progress, guarded_epoch_log(settings.mlflow)),
+                )
         mlflow.log_params({"trained_through": served.trained_through, "rows.refit": served.rows})
         artifact = model_artifact(data, served, comparison)
         version = log_and_register(
@@ -293,15 +304,15 @@ def refit(
     rows: pl.DataFrame,
     windows: pl.DataFrame,
     evaluated: Preprocessor,
-    evaluation: list[TrainResult],
+    epochs: dict[int, int],
     checkpoints: Path,
     progress: Progress = no_progress,
     epoch_log: Callable[[EpochRecord, str], None] = log_epoch,
 ) -> Refit:
     """Each seed trained again on `rows` (every season through the newest), for the epochs its
-    evaluation kept (the same schedule, so the same steps of it), with the evaluation's
-    preprocessing (`evaluated`) refitted on them. Nothing is held out, so nothing is judged
-    here: the evaluation judged the recipe."""
+    evaluation kept (`epochs`: seed → epochs; the same schedule, so the same steps of it), with
+    the evaluation's preprocessing (`evaluated`) refitted on them. Nothing is held out, so
+    nothing is judged here: the evaluation judged the recipe."""
     preprocessor = evaluated.refit(rows, windows, trained_on="every season")
     arrays = preprocessor.transform(rows, windows)
     arrays = with_recency(arrays, rows["year"].to_numpy(), settings.train)
@@ -311,31 +322,104 @@ def refit(
         {"train": arrays, "validation": None},
         preprocessor.model_dimensions(),
         checkpoints,
-        lambda done, total, message: progress(done, total, f"refit on every season, {message}"),
-        lambda record, prefix: epoch_log(record, f"refit_{prefix}"),
-        epochs={r.seed: r.best_epoch for r in evaluation},
+        progress,
+        epoch_log,
+        epochs=epochs,
     )
     return Refit(results, preprocessor, results[0].train_rows, newest_season(rows))
 
 
+def refit_reporting(
+    progress: Progress, epoch_log: Callable[[EpochRecord, str], None]
+) -> tuple[Progress, Callable[[EpochRecord, str], None]]:
+    """`progress` and `epoch_log` for the refit: its progress says so, its metrics are
+    `refit_seed_<s>_…`."""
+    return (
+        lambda done, total, message: progress(done, total, f"refit on every season, {message}"),
+        lambda record, prefix: epoch_log(record, f"refit_{prefix}"),
+    )
+
+
+def refit_snapshot(settings: Settings, directory: Path, checkpoints: Path) -> Refit:
+    """The refit of the snapshot at `directory` for the epochs a recipe that keeps its last
+    epoch runs (every seed trains `max_epochs`), reporting nothing: it runs in a process of its
+    own (`refit_beside`)."""
+    data = TrainingData.read(directory)
+    config = settings.train
+    epochs = {config.seed + offset: config.max_epochs for offset in range(config.seeds)}
+    return refit(
+        settings, data.snapshot, data.windows, data.preprocessor, epochs, checkpoints,
+        epoch_log=lambda record, prefix: None,
+    )  # fmt: skip
+
+
 @contextmanager
-def side_by_side(config: TrainConfig) -> Iterator[tuple[TrainConfig, TrainConfig, Executor]]:
-    """The evaluation's transformer and the baselines trained at once: the baselines on one
-    core in a thread of the returned pool, the transformer on the others. A second thread
+def refit_beside(
+    settings: Settings, directory: Path, checkpoints: Path, threads: int | None = None
+) -> Iterator[AsyncResult | None]:
+    """The refit started at once, in a process of its own, beside the evaluation, when it needs
+    nothing from it: a recipe that keeps its last epoch (`train.keep = "last"`, the cpu profile)
+    trains every seed `max_epochs` epochs, whatever the validation says. Its own process, because
+    torch's random generator is one per process: two trainings in threads would draw each
+    other's dropout masks. Yields the pending `Refit` (None where the refit must wait for the
+    epochs the evaluation keeps); the process is stopped on the way out. `threads`: torch's in
+    the refit (default: `core_split`'s)."""
+    if settings.train.keep != "last":
+        yield None
+        return
+    train = settings.train.model_copy(
+        update={"num_threads": threads or core_split(settings.train, refit_beside=True).refit}
+    )
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        yield pool.apply_async(
+            refit_snapshot, (settings.model_copy(update={"train": train}), directory, checkpoints)
+        )
+
+
+@dataclass(frozen=True)
+class Cores:
+    """Torch threads for the evaluation's transformer and for a refit beside it (0: none); the
+    baselines take one core."""
+
+    transformer: int
+    refit: int
+
+
+def core_split(config: TrainConfig, refit_beside: bool) -> Cores:
+    """The cores (`train.num_threads`, default torch's) shared out: one to the baselines, the
+    rest to the evaluation's transformer, halved with a refit beside it. A second thread
     speeds a `cpu` training step up by a tenth only (0.084 s on one, 0.078 s on two), so on
-    two cores the baselines' half minute all but vanishes. Yields the transformer's and the
-    baselines' training settings; torch's and BLAS's thread counts are back as they were
-    after."""
+    two cores each training takes one thread and the baselines' half minute all but vanishes."""
+    rest = max(1, (config.num_threads or torch.get_num_threads()) - 1)
+    if not refit_beside:
+        return Cores(transformer=rest, refit=0)
+    return Cores(transformer=max(1, rest - rest // 2), refit=max(1, rest // 2))
+
+
+@dataclass(frozen=True)
+class SideBySide:
+    transformer: TrainConfig  # the evaluation's training settings
+    baselines: TrainConfig
+    pool: Executor  # a thread for the baselines
+
+
+@contextmanager
+def side_by_side(config: TrainConfig, refit_beside: bool = False) -> Iterator[SideBySide]:
+    """The evaluation's transformer and the baselines trained at once: the baselines on one
+    core in a thread of the returned pool, the transformer on its share of the others
+    (`core_split`). Torch's and BLAS's thread counts are back as they were after."""
     threads = torch.get_num_threads()
-    cores = config.num_threads or threads
-    transformer = config.model_copy(update={"num_threads": max(1, cores - 1)})
-    baselines = config.model_copy(update={"num_threads": 1})
+    cores = core_split(config, refit_beside)
     with (
         threadpool_limits(limits=1, user_api="blas"),  # numpy's BLAS under the baselines
         ThreadPoolExecutor(max_workers=1, thread_name_prefix="baselines") as pool,
     ):
         try:
-            yield transformer, baselines, pool
+            yield SideBySide(
+                config.model_copy(update={"num_threads": cores.transformer}),
+                config.model_copy(update={"num_threads": 1}),
+                pool,
+            )
         finally:
             torch.set_num_threads(threads)
 
@@ -564,19 +648,8 @@ def train_seeds(
     seed sooner). `arrays["validation"]` None: nothing is judged, and each seed trains the
     epochs `epochs` names for it (deepsummit/train/trainer.py)."""
     results = []
-    planned = train_config.seeds * train_config.max_epochs
     for offset in range(train_config.seeds):
         seed = train_config.seed + offset
-
-        def on_epoch_end(record: EpochRecord, seed: int = seed, offset: int = offset) -> None:
-            epoch_log(record, f"seed_{seed}_")
-            judged = "" if math.isnan(record.val_auc) else f": validation AUC {record.val_auc:.4f}"
-            progress(
-                offset * train_config.max_epochs + record.epoch,
-                planned,
-                f"seed {seed} ({offset + 1} of {train_config.seeds}), epoch {record.epoch}{judged}",
-            )
-
         results.append(
             train_model(
                 replace_seed(train_config, seed),
@@ -585,7 +658,7 @@ def train_seeds(
                 arrays["validation"],
                 dimensions,
                 checkpoints / f"seed-{seed}",
-                on_epoch_end,
+                epoch_reporter(train_config, offset, progress, epoch_log),
                 epochs=None if epochs is None else epochs[seed],
             )
         )
@@ -593,6 +666,43 @@ def train_seeds(
         for record in result.history[: result.resumed_from_epoch]:
             epoch_log(record, f"seed_{result.seed}_")  # epochs done before a crash
     return results
+
+
+def epoch_reporter(
+    train_config: TrainConfig,
+    offset: int,
+    progress: Progress,
+    epoch_log: Callable[[EpochRecord, str], None],
+) -> Callable[[EpochRecord], None]:
+    """What `train_seeds` does at the end of each epoch of seed `train_config.seed + offset`:
+    log it under `seed_<s>_` and count it among the epochs of all seeds."""
+    seed = train_config.seed + offset
+    planned = train_config.seeds * train_config.max_epochs
+
+    def report(record: EpochRecord) -> None:
+        epoch_log(record, f"seed_{seed}_")
+        judged = "" if math.isnan(record.val_auc) else f": validation AUC {record.val_auc:.4f}"
+        progress(
+            offset * train_config.max_epochs + record.epoch,
+            planned,
+            f"seed {seed} ({offset + 1} of {train_config.seeds}), epoch {record.epoch}{judged}",
+        )
+
+    return report
+
+
+def report_epochs(
+    results: list[TrainResult],
+    train_config: TrainConfig,
+    progress: Progress,
+    epoch_log: Callable[[EpochRecord, str], None],
+) -> None:
+    """The epochs of trainings that ran where nothing could be reported (a refit in a process
+    of its own), reported as `train_seeds` would have."""
+    for offset, result in enumerate(results):
+        report = epoch_reporter(train_config, offset, progress, epoch_log)
+        for record in result.history:
+            report(record)
 
 
 def compare_with_seeds(
