@@ -17,6 +17,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+import uuid
 from base64 import b64encode
 from collections.abc import Callable, Iterator
 from email.message import Message
@@ -371,9 +372,15 @@ def test_a_flow_run_may_set_deepsummit_settings(stack: RunningServices):
     api = services.prefect_api(stack.settings)
     deployment = api.get("/deployments/name/summit/train")
     never = {"type": "SCHEDULED", "state_details": {"scheduled_time": "2999-01-01T00:00:00Z"}}
+    # The key lets the server deduplicate the create, so a busy server's 503 is retried (a
+    # create without one is sent once: a repeat could make a second run).
     run = api.post(
         f"/deployments/{deployment['id']}/create_flow_run",
-        {"job_variables": {"env": {"DEEPSUMMIT_TRAIN__MAX_EPOCHS": "1"}}, "state": never},
+        {
+            "job_variables": {"env": {"DEEPSUMMIT_TRAIN__MAX_EPOCHS": "1"}},
+            "state": never,
+            "idempotency_key": f"settings-{uuid.uuid4()}",
+        },
     )
     api.request("DELETE", f"/flow_runs/{run['id']}")
     assert run["job_variables"]["env"] == {"DEEPSUMMIT_TRAIN__MAX_EPOCHS": "1"}
