@@ -150,11 +150,13 @@ def test_cuda_forward_backward_under_bf16_autocast(small_config, make_batch):
     labels = torch.randint(0, 2, (16,), device="cuda").float()
 
     with torch.autocast("cuda", dtype=torch.bfloat16):
-        logits = model(**batch)
-        loss = torch.nn.functional.binary_cross_entropy_with_logits(logits.float(), labels)
+        logits = model(**batch)  # (B, k): one logit per ensemble member
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(
+            logits.float(), labels[:, None].expand_as(logits)
+        )
     loss.backward()
 
-    assert logits.shape == (16,)
+    assert logits.shape == (16, small_config.ensemble_size)
     assert torch.isfinite(loss)
     assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
 

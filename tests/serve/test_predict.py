@@ -19,8 +19,8 @@ from training_fixtures import (
     trained_registry_fixture,  # noqa: F401 (the fixture)
 )
 
-from deepsummit.contracts.artifact import load_tensors
 from deepsummit.contracts.snapshot import PLANNED_TEST_FILE
+from deepsummit.contracts.tensors import load_tensors
 from deepsummit.core.errors import PipelineError
 from deepsummit.core.planned import KEY_COLUMNS, planned_record, season_of
 from deepsummit.serve.predict import predict_attempt

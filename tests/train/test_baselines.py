@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 from sklearn.metrics import roc_auc_score
 from sklearn.preprocessing import OneHotEncoder
-from training_fixtures import CARDINALITIES, synthetic_arrays
+from synthetic import CARDINALITIES, synthetic_arrays
 
 from deepsummit.train.baselines import linear_matrix, run_baselines, tree_matrix
 

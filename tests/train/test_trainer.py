@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 import pickle
 import threading
@@ -10,10 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from synthetic import DIMENSIONS, synthetic_arrays
 from torch import nn
-from training_fixtures import DIMENSIONS, synthetic_arrays
 
-from deepsummit.contracts.artifact import load_tensors, save_tensors
+from deepsummit.contracts.arrays import predict_proba
+from deepsummit.contracts.tensors import load_tensors, save_tensors
 from deepsummit.core.config import load_settings
 from deepsummit.model.config import ModelConfig
 from deepsummit.model.transformer import DeepSummitTransformer
@@ -39,6 +41,15 @@ def fit(settings, *args, **kwargs):
     return train_model(settings.train, settings.model, *args, **kwargs)
 
 
+class Killed(Exception):
+    """A run killed after its first epoch (once the epoch's checkpoint is written)."""
+
+
+def kill_after_first_epoch(record) -> None:
+    if record.epoch == 1:
+        raise Killed
+
+
 @pytest.fixture(scope="module")
 def splits():
     return synthetic_arrays(2000, seed=1), synthetic_arrays(300, seed=2)
@@ -60,13 +71,6 @@ def test_a_run_killed_after_an_epoch_resumes_to_the_same_weights(
     train, validation = splits
     settings = tiny_settings()
     uninterrupted = fit(settings, train, validation, DIMENSIONS, tmp_path / "a")
-
-    class Killed(Exception):
-        pass
-
-    def kill_after_first_epoch(record) -> None:
-        if record.epoch == 1:
-            raise Killed
 
     with pytest.raises(Killed):
         fit(
@@ -96,6 +100,26 @@ def test_a_run_killed_after_an_epoch_resumes_to_the_same_weights(
     expected = uninterrupted.model.state_dict()
     for name, tensor in resumed.model.state_dict().items():
         assert torch.equal(tensor, expected[name]), name
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_cuda_a_killed_run_resumes_and_its_model_comes_back_to_the_cpu(
+    splits, tmp_path: Path
+) -> None:
+    """The CUDA path: bf16 autocast, a checkpoint written on the GPU and resumed there, and the
+    kept weights returned on the CPU, where they answer as on the GPU."""
+    train, validation = splits
+    settings = tiny_settings(device="cuda")
+    with pytest.raises(Killed):
+        fit(settings, train, validation, DIMENSIONS, tmp_path, kill_after_first_epoch)
+    resumed = fit(settings, train, validation, DIMENSIONS, tmp_path)
+    assert resumed.device == "cuda" and resumed.resumed_from_epoch == 1
+    assert [r.epoch for r in resumed.history] == [1, 2, 3]
+    assert resumed.best_val_auc > 0.7
+    assert {p.device.type for p in resumed.model.parameters()} == {"cpu"}
+    on_gpu = predict_proba(copy.deepcopy(resumed.model).cuda(), validation, device="cuda")
+    np.testing.assert_allclose(predict_proba(resumed.model, validation), on_gpu, atol=0.02)
 
 
 def test_without_validation_it_trains_the_epochs_asked_of_the_schedule_and_keeps_the_last(

@@ -11,7 +11,8 @@ One MLflow run per call: parameters, per-epoch metrics (live), the snapshot as a
 2. The refit. The same recipe (architecture, training settings, the epochs the evaluation ran,
    its calibration) trains on every season of the snapshot, through the newest: that is the
    model registered (deepsummit/contracts/artifact.py), and the run records the newest season it
-   learnt from (`trained_through`).
+   learnt from (`trained_through`). A recipe that keeps its last epoch refits beside the
+   evaluation, in a process of its own (`refit_beside`); one that keeps its best waits for it.
 3. The gate compares recipes on held-out rows: the evaluation's test predictions against the
    champion's own (deepsummit/train/registry.py), never a model on rows it learnt from.
 """

@@ -33,7 +33,7 @@ from torch import nn
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from deepsummit.contracts.arrays import FeatureArrays, autocast_for, batches, predict_proba
-from deepsummit.contracts.artifact import load_tensors, save_tensors
+from deepsummit.contracts.tensors import load_tensors, save_tensors
 from deepsummit.core.config import TrainConfig
 from deepsummit.core.errors import PipelineError
 from deepsummit.model.config import ModelConfig
