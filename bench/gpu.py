@@ -37,24 +37,21 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch import nn
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from deepsummit.contracts.arrays import FeatureArrays, batches, predict_proba  # noqa: E402
+from _steps import grouped_batches, seconds_per_step  # noqa: E402  (imports deepsummit: after src)
+
+from deepsummit.contracts.arrays import FeatureArrays, predict_proba  # noqa: E402
+from deepsummit.contracts.tensors import load_tensors, save_tensors  # noqa: E402
 from deepsummit.core.config import load_settings  # noqa: E402
 from deepsummit.model.config import ModelConfig  # noqa: E402
 from deepsummit.model.transformer import DeepSummitTransformer  # noqa: E402
-from deepsummit.train.trainer import train_model, weighted_loss  # noqa: E402
+from deepsummit.train.trainer import train_model  # noqa: E402
 
 SPLITS = ("train", "validation", "test")
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
-def synchronize() -> None:
-    if DEVICE.type == "cuda":
-        torch.cuda.synchronize()
 
 
 class Crash(RuntimeError):
@@ -81,34 +78,6 @@ def load_arrays(directory: Path) -> tuple[dict[str, FeatureArrays], dict]:
     return arrays, json.loads((directory / "dimensions.json").read_text())
 
 
-def seconds_per_step(
-    model: nn.Module, arrays: FeatureArrays, batch_size: int, precision: str, steps: int
-) -> float:
-    """Median seconds of a training step (forward, loss, backward, clipping, AdamW) on CUDA,
-    over `steps` batches after 5 untimed ones (where torch.compile compiles)."""
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    model.train()
-    autocast = torch.autocast(DEVICE.type, dtype=torch.bfloat16, enabled=precision == "bf16")
-    timings = []
-    for index, (inputs, labels, weights) in enumerate(batches(arrays, batch_size, seed=0)):
-        if index == 5 + steps:
-            break
-        inputs = {name: tensor.to(DEVICE, non_blocking=True) for name, tensor in inputs.items()}
-        labels, weights = labels.to(DEVICE), weights.to(DEVICE)
-        synchronize()
-        started = time.perf_counter()
-        with autocast:
-            loss = weighted_loss(model(**inputs).float(), labels, weights)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        synchronize()
-        if index >= 5:
-            timings.append(time.perf_counter() - started)
-    return float(np.median(timings))
-
-
 def throughput(
     arrays: dict[str, FeatureArrays], dimensions: dict, steps: int, compile_too: bool
 ) -> list[dict]:
@@ -125,9 +94,8 @@ def throughput(
                 started = time.perf_counter()
                 try:
                     runnable = torch.compile(model) if compiled else model
-                    step = seconds_per_step(
-                        runnable, arrays["train"], settings.train.batch_size, precision, steps
-                    )
+                    draw = grouped_batches(arrays["train"], settings.train.batch_size, seed=0)
+                    step = seconds_per_step(runnable, draw, steps, 5, DEVICE, precision)
                     row |= {"s_per_step": step, "steps_per_s": 1 / step}
                 except Exception as error:  # a variant that fails is a finding, not the end
                     row["error"] = f"{type(error).__name__}: {error}"[:300]
@@ -170,7 +138,7 @@ def train_base(arrays: dict[str, FeatureArrays], dimensions: dict, epochs: int, 
             size = 0
         parts[-1][name], size = tensor, size + tensor.nbytes
     for index, part in enumerate(parts):
-        torch.save(part, out / f"base_weights_{index}.pt")
+        save_tensors(out / f"base_weights_{index}.pt", part)
     (out / "base_config.json").write_text(json.dumps(dataclasses.asdict(result.config)))
     return {
         "device": torch.cuda.get_device_name(0) if DEVICE.type == "cuda" else "cpu",
@@ -224,7 +192,7 @@ def judge(bundle: Path, out: Path, cpu_predictions: Path | None) -> None:
     model = DeepSummitTransformer(ModelConfig(**config))
     state: dict[str, torch.Tensor] = {}
     for part in sorted(out.glob("base_weights_*.pt")):
-        state |= torch.load(part, map_location="cpu", weights_only=True)
+        state |= load_tensors(part)
     model.load_state_dict(state)
     on_cpu = predict_proba(model.eval(), arrays["test"])
     on_gpu = np.load(out / "base_test.npy")

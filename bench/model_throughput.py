@@ -19,27 +19,23 @@ import importlib
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 import torch
+from _steps import Batch, grouped_batches, seconds_per_step
 from _training import add_snapshot_options, bench_settings, snapshot_location
 from torch import nn
 
-from deepsummit.contracts.arrays import FeatureArrays, batches, to_tensors
+from deepsummit.contracts.arrays import FeatureArrays, to_tensors
 from deepsummit.contracts.snapshot import load_features
 from deepsummit.core.config import PROJECT_ROOT, load_settings
 from deepsummit.model.summary import count_parameters
 from deepsummit.model.transformer import DeepSummitTransformer
-from deepsummit.train.trainer import weighted_loss
 
 BEFORE = "65663a7"  # the last commit before the batched tokenizer and the CLS-only last block
 MODEL_PACKAGE = "src/deepsummit/model"
-
-Batch = tuple[dict[str, torch.Tensor], torch.Tensor]
 
 
 def model_at(commit: str) -> tuple[type, type]:
@@ -71,33 +67,6 @@ def mixed_batches(arrays: FeatureArrays, batch_size: int, seed: int) -> Iterator
     order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(seed))
     for rows in order.split(batch_size):
         yield {name: tensor[rows] for name, tensor in inputs.items()}, labels[rows]
-
-
-def grouped_batches(arrays: FeatureArrays, batch_size: int, seed: int) -> Iterator[Batch]:
-    """The trainer's batches now (deepsummit/contracts/arrays.py)."""
-    for inputs, labels, _ in batches(arrays, batch_size, seed):
-        yield inputs, labels
-
-
-def seconds_per_step(model: nn.Module, draw: Iterator[Batch], steps: int, warmup: int) -> float:
-    """Median seconds of a training step over `steps` batches, after `warmup` untimed ones."""
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    model.train()
-    timings = []
-    for index, (inputs, labels) in enumerate(draw):
-        if index == warmup + steps:
-            break
-        started = time.perf_counter()
-        logits = model(**inputs)
-        logits = logits.reshape(len(labels), -1)  # (B,) before, (B, k) members now
-        loss = weighted_loss(logits, labels, torch.ones_like(labels))
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        if index >= warmup:
-            timings.append(time.perf_counter() - started)
-    return float(np.median(timings))
 
 
 def main() -> None:

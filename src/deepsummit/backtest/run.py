@@ -59,7 +59,13 @@ from deepsummit.features.groups import PEAK_GROUPS, peak_groups
 from deepsummit.train.baselines import CATBOOST, LIGHTGBM, LOGISTIC, configured_baselines
 from deepsummit.train.comparison import TRANSFORMER, logit, slug
 from deepsummit.train.expeditions import ExpeditionTable, expedition_table
-from deepsummit.train.stage import refit, train_seeds, transformer_predictions, with_recency
+from deepsummit.train.stage import (
+    kept_epochs,
+    refit,
+    train_seeds,
+    transformer_predictions,
+    with_recency,
+)
 from deepsummit.train.trainer import training_knobs
 
 logger = logging.getLogger(__name__)
@@ -251,7 +257,7 @@ def _run_fold(
             pl.concat([inputs.rows["train"], inputs.rows["validation"]]),
             windows,
             inputs.preprocessor,
-            {r.seed: r.best_epoch for r in evaluation},
+            kept_epochs(evaluation),
             checkpoints / "refit",
             epoch_log=lambda record, prefix: None,
         )

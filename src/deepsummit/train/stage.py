@@ -208,7 +208,10 @@ def train_and_register(
     epochs = 2 * settings.train.seeds * settings.train.max_epochs  # evaluation, then refit
     with training_run(run_tags(settings, context, data)) as run:
         log_inputs(settings, data)
-        refit_progress = partial_progress(context.progress, epochs // 2, epochs)
+        refit_progress, refit_log = refit_reporting(
+            partial_progress(context.progress, epochs // 2, epochs),
+            guarded_epoch_log(settings.mlflow),
+        )
         with refit_beside(settings, data.directory, checkpoints / "refit") as early_refit:
             with side_by_side(settings.train, early_refit is not None) as cores:
                 baselines = cores.pool.submit(
@@ -236,17 +239,14 @@ def train_and_register(
                     data.snapshot,
                     data.windows,
                     data.preprocessor,
-                    {r.seed: r.best_epoch for r in results},
+                    kept_epochs(results),
                     checkpoints / "refit",
-                    *refit_reporting(refit_progress, guarded_epoch_log(settings.mlflow)),
+                    refit_progress,
+                    refit_log,
                 )
             else:
                 served = early_refit.get()
-                report_epochs(
-                    served.results,
-                    settings.train,
-                    *refit_reporting(refit_progress, guarded_epoch_log(settings.mlflow)),
-                )
+                report_epochs(served.results, settings.train, refit_progress, refit_log)
         mlflow.log_params({"trained_through": served.trained_through, "rows.refit": served.rows})
         artifact = model_artifact(data, served, comparison)
         version = log_and_register(
@@ -328,6 +328,11 @@ def refit(
         epochs=epochs,
     )
     return Refit(results, preprocessor, results[0].train_rows, newest_season(rows))
+
+
+def kept_epochs(evaluation: list[TrainResult]) -> dict[int, int]:
+    """Seed → the epochs its evaluation kept: what the refit trains."""
+    return {result.seed: result.best_epoch for result in evaluation}
 
 
 def refit_reporting(
