@@ -29,15 +29,17 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 from _bundle import DEFAULT_BUNDLE, backtest_settings
 
 from deepsummit.backtest.push_days import summarise
-from deepsummit.backtest.run import HELD_OUT_KEYS, BacktestReport, run_backtest
+from deepsummit.backtest.run import HELD_OUT_KEYS, BacktestReport, missing_folds, run_backtest
 from deepsummit.backtest.seasons import season_table
 from deepsummit.contracts.snapshot import newest_features_dir
-from deepsummit.core.config import BacktestConfig
+from deepsummit.core.config import BacktestConfig, Settings
 from deepsummit.train.baselines import CATBOOST, LIGHTGBM
+from deepsummit.train.bootstrap import Interval, interval, replicate_weights, weighted_ece
 from deepsummit.train.comparison import TRANSFORMER, difference_name
 from deepsummit.train.expeditions import expedition_table
 
@@ -51,6 +53,7 @@ BEFORE = {  # the cpu profile before this comparison: five trainings of one netw
     "train.ema_decay": None,
     "features.extra_inputs": WITHOUT_CALENDAR,
 }
+BASE_ON_GPU = "the spec's base (H=256, 6 layers): 1 training of 4 members, on a GPU"
 CANDIDATES: dict[str, dict[str, Any]] = {
     "the profile: 1 training of 4 members, calendar": {},
     "refit on the validation years too": {"backtest.refit": True},
@@ -58,6 +61,15 @@ CANDIDATES: dict[str, dict[str, Any]] = {
     "no calendar": {"features.extra_inputs": WITHOUT_CALENDAR},
     "recency weights, half-life 5 years": {"train.recency_half_life": 5.0},
     "piecewise-linear numeric embeddings": {"model.numeric_embedding": "piecewise"},
+    # The spec's size with what the cpu profile adopted (one training of 4 members): its folds
+    # train on a GPU machine (bench/gpu.py --prepare-folds, then its GPU half, then
+    # --judge-folds), never here, where one epoch of it takes minutes.
+    BASE_ON_GPU: {
+        "profile": "base",
+        "model.ensemble_size": 4,
+        "model.ensemble_layers": 1,
+        "train.seeds": 1,
+    },
 }
 
 
@@ -87,18 +99,50 @@ def main() -> None:
     )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    names = [
+        n
+        for i, n in enumerate(CANDIDATES)
+        if i == 0 or (n in args.only if args.only else n != BASE_ON_GPU)
+    ]
+    compare(args.bundle, args.profile, names, args.first, args.last, args.threads)
 
-    names = [n for i, n in enumerate(CANDIDATES) if i == 0 or not args.only or n in args.only]
+
+def candidate_settings(
+    bundle: Path,
+    profile: str,
+    name: str,
+    first: int,
+    last: int | None,
+    threads: int | None = None,
+) -> Settings:
+    """The profile (or the candidate's own, "profile") with the candidate's overrides, its
+    backtest testing `first`…`last` on the bundle's snapshot."""
+    overrides = nested({**CANDIDATES[name], "train.num_threads": threads})
+    backtest = {"first_test_year": first, "last_test_year": last, **overrides.pop("backtest", {})}
+    return backtest_settings(bundle, overrides.pop("profile", profile), backtest, overrides)
+
+
+def compare(
+    bundle: Path,
+    profile: str,
+    names: list[str],
+    first: int,
+    last: int | None,
+    threads: int | None = None,
+) -> None:
+    """Run (or read back) each candidate's folds and print the table, paired with names[0]."""
     reports: dict[str, BacktestReport] = {}
     for name in names:
-        overrides = nested({**CANDIDATES[name], "train.num_threads": args.threads})
-        backtest = {
-            "first_test_year": args.first,
-            "last_test_year": args.last,
-            **overrides.pop("backtest", {}),
-        }
-        settings = backtest_settings(args.bundle, args.profile, backtest, overrides)
-        reports[name] = run_backtest(settings, newest_features_dir(settings.features.features_dir))
+        settings = candidate_settings(bundle, profile, name, first, last, threads)
+        snapshot = newest_features_dir(settings.features.features_dir)
+        untrained = missing_folds(settings, snapshot)
+        if name == BASE_ON_GPU and untrained:
+            raise SystemExit(
+                f"{name}: folds {', '.join(f.name for f in untrained)} have not been trained; "
+                "they train on a GPU machine (bench/gpu.py: --prepare-folds, its GPU half, "
+                "--judge-folds)"
+            )
+        reports[name] = run_backtest(settings, snapshot)
         print(f"{name}: done", flush=True)
     print(table(reports, settings.backtest))
 
@@ -133,9 +177,10 @@ def table(reports: dict[str, BacktestReport], config: BacktestConfig) -> str:
         "",
         "| candidate | member seasons: within-season AUC | − first | expedition seasons: "
         "within-season AUC | − first | mean P gap | push-day Spearman | − first | band "
-        "| best epoch / epochs run | fold min (when trained) |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | ---: | --- | ---: |",
+        "| held-out ECE | − first | best epoch / epochs run | fold min (when trained) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | ---: | --- | --- | --- | ---: |",
     ]
+    ece = _paired_ece(held_out, models, first)
     for name in models:
         report = reports.get(name)
         pairs = (
@@ -155,14 +200,33 @@ def table(reports: dict[str, BacktestReport], config: BacktestConfig) -> str:
             f"| {expeditions.within[name].render()} "
             f"| {_gain(expeditions.differences, first, name)} "
             f"| {expeditions.gap[name].render()} | {push[0]} | {push[1]} "
+            + (f"| {report.seed_spread:.3f} " if report else "| – ")
+            + f"| {ece[name][0].render()} | {ece[name][1]} "
             + (
-                f"| {report.seed_spread:.3f} | best = last in {last} of {len(pairs)}; ran {ran} "
-                f"| {minutes:.1f} |"
+                f"| best = last in {last} of {len(pairs)}; ran {ran} | {minutes:.1f} |"
                 if report
-                else "| – | – | – |"
+                else "| – | – |"
             )
         )
     return "\n".join(lines)
+
+
+def _paired_ece(
+    held_out: pl.DataFrame, models: tuple[str, ...], first: str
+) -> dict[str, tuple[Interval, str]]:
+    """Each model's ECE on every held-out row, out of time (each fold's map was fitted on its
+    validation years), and its difference from `first`'s over the same expedition bootstrap."""
+    labels = held_out["label"].to_numpy().astype(np.float64)
+    replicates = replicate_weights(held_out["expid"].to_numpy())
+    ones = np.ones((1, len(labels)))
+    point = {m: weighted_ece(labels, held_out[m].to_numpy(), ones)[0] for m in models}
+    drawn = {m: weighted_ece(labels, held_out[m].to_numpy(), replicates) for m in models}
+    paired = {}
+    for m in models:
+        gap = interval(point[m] - point[first], drawn[m] - drawn[first])
+        signed = f"{gap.estimate:+.3f} [{gap.low:+.3f}, {gap.high:+.3f}]"
+        paired[m] = (interval(point[m], drawn[m]), "" if m == first else signed)
+    return paired
 
 
 def _paired_seasons(reports: dict[str, BacktestReport]) -> list:
@@ -191,6 +255,8 @@ def _gain(differences: dict[str, Any], first: str, name: str) -> str:
     if name == first:
         return ""
     difference = differences[difference_name(first, name)]
+    if np.isnan(difference.estimate):  # no season of this kind was scored
+        return "–"
     return f"{-difference.estimate:+.3f} [{-difference.high:+.3f}, {-difference.low:+.3f}]"
 
 

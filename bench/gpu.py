@@ -22,6 +22,16 @@ scikit-learn (its pydantic comes as wheels carried beside this script):
     .venv/bin/python bench/gpu.py --bundle /tmp/deepsummit-bundle --prepare gpu_carry/features
     python3 bench/gpu.py --features gpu_carry/features --out $OUT --minutes 6      # on the GPU
     .venv/bin/python bench/gpu.py --judge OUT [--cpu-predictions FILE]
+
+The backtest's folds of the base profile (bench/backtest_profiles.py's BASE_ON_GPU candidate)
+go the same way: each fold's arrays and push-day candidates prepared here, the fold trained on
+the GPU (`--epochs`: at most that many of the spec's 100-epoch schedule; early stopping at
+patience 10 usually ends it sooner), its answers (deepsummit/backtest/answers.py) scored here
+into the candidate's fold cache and paired with the cpu profile on identical held-out rows:
+
+    .venv/bin/python bench/gpu.py --prepare-folds gpu_carry/folds --years 2018 2019
+    python3 bench/gpu.py --train-folds gpu_carry/folds --out $OUT --epochs 30      # on the GPU
+    .venv/bin/python bench/gpu.py --judge-folds OUT --years 2018 2019
 """
 
 from __future__ import annotations
@@ -29,6 +39,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import logging
 import shutil
 import sys
 import tempfile
@@ -214,6 +225,113 @@ def judge(bundle: Path, out: Path, cpu_predictions: Path | None) -> None:
     print(table.markdown())
 
 
+def prepare_folds(bundle: Path, directory: Path, years: list[int]) -> None:
+    from backtest_profiles import BASE_ON_GPU, candidate_settings
+
+    from deepsummit.backtest.run import fold_jobs
+    from deepsummit.contracts.snapshot import newest_features_dir
+
+    settings = candidate_settings(bundle, "cpu", BASE_ON_GPU, min(years), max(years))
+    snapshot = newest_features_dir(settings.features.features_dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    recipe = {
+        "model": dataclasses.asdict(settings.model),
+        "train": settings.train.model_dump(mode="json"),
+    }
+    (directory / "recipe.json").write_text(json.dumps(recipe, indent=1))
+    for job in fold_jobs(settings, snapshot, years):
+        folder = directory / f"fold-{job.inputs.fold.name}"
+        folder.mkdir(exist_ok=True)
+        for part, arrays in {**job.arrays, "push_days": job.day_arrays}.items():
+            arrays.save(folder / f"{part}.npz")
+        dimensions = job.inputs.preprocessor.model_dimensions()
+        (folder / "dimensions.json").write_text(json.dumps(dimensions))
+        sizes = {part: len(a) for part, a in job.arrays.items()} | {"days": len(job.day_arrays)}
+        print(f"{folder}: {job.inputs.fold.describe()}, rows {sizes}", flush=True)
+
+
+def train_folds(directory: Path, out: Path, epochs: int) -> None:
+    """The GPU half: each prepared fold trained by the project's trainer (the recipe's seeds),
+    its answers written to OUT/fold-<year>.npz with OUT/fold-<year>.json (device, seconds,
+    each training's epochs) as soon as the fold is done."""
+    from deepsummit.backtest.answers import FoldAnswers
+    from deepsummit.core.config import TrainConfig
+
+    recipe = json.loads((directory / "recipe.json").read_text())
+    architecture = ModelConfig(**recipe["model"])
+    train_config = TrainConfig(**recipe["train"]).model_copy(update={"device": DEVICE.type})
+    out.mkdir(parents=True, exist_ok=True)
+    for folder in sorted(directory.glob("fold-*"), reverse=True):  # the newest first
+        parts = ("train", "validation", "test", "push_days")
+        arrays = {part: FeatureArrays.load(folder / f"{part}.npz") for part in parts}
+        dimensions = json.loads((folder / "dimensions.json").read_text())
+        started = time.perf_counter()
+        results = [
+            train_model(
+                train_config.model_copy(update={"seed": train_config.seed + offset}),
+                architecture,
+                arrays["train"],
+                arrays["validation"],
+                dimensions,
+                Path(tempfile.mkdtemp()),
+                epochs=epochs,
+            )
+            for offset in range(train_config.seeds)
+        ]
+        for result in results:
+            result.model.to(DEVICE)
+        answers = FoldAnswers.of(
+            results, results, arrays["validation"], arrays["test"], arrays["push_days"], DEVICE
+        )
+        answers.save(out / f"{folder.name}.npz")
+        report = {
+            "device": torch.cuda.get_device_name(0) if DEVICE.type == "cuda" else "cpu",
+            "torch": torch.__version__,
+            "seconds": time.perf_counter() - started,
+            "epoch_cap": epochs,
+            "trainings": [
+                {
+                    "seed": r.seed,
+                    "best_epoch": r.best_epoch,
+                    "epochs_run": len(r.history),
+                    "stopped_early": r.stopped_early,
+                    "best_val_auc": r.best_val_auc,
+                    "seconds": r.seconds,
+                    "val_auc": [round(e.val_auc, 4) for e in r.history],
+                }
+                for r in results
+            ],
+        }
+        (out / f"{folder.name}.json").write_text(json.dumps(report, indent=1))
+        print(json.dumps({"fold": folder.name} | report), flush=True)
+
+
+def judge_folds(bundle: Path, out: Path, years: list[int]) -> None:
+    """The GPU's answers scored into the candidate's fold cache as the backtest scores a fold
+    it trained (deepsummit/backtest/run.py: fold_outcome), then paired with the cpu profile."""
+    from backtest_profiles import BASE_ON_GPU, CANDIDATES, candidate_settings, compare
+
+    from deepsummit.backtest.answers import FoldAnswers
+    from deepsummit.backtest.run import fold_directories, fold_jobs, fold_outcome, write_fold
+    from deepsummit.contracts.snapshot import newest_features_dir
+
+    settings = candidate_settings(bundle, "cpu", BASE_ON_GPU, min(years), max(years))
+    snapshot = newest_features_dir(settings.features.features_dir)
+    directory, baselines = fold_directories(settings, snapshot)
+    directory.mkdir(parents=True, exist_ok=True)
+    for job in fold_jobs(settings, snapshot, years):
+        name = f"fold-{job.inputs.fold.name}"
+        if not (out / f"{name}.npz").exists():
+            print(f"{name}: no answers from the GPU", flush=True)
+            continue
+        trained = json.loads((out / f"{name}.json").read_text())
+        answers = FoldAnswers.load(out / f"{name}.npz")
+        outcome = fold_outcome(settings, job, answers, baselines, trained["seconds"])
+        outcome.summary["trained_on"] = trained["device"]
+        write_fold(directory, outcome)
+    compare(bundle, "cpu", [next(iter(CANDIDATES)), BASE_ON_GPU], min(years), max(years))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bundle", type=Path, default=Path("/tmp/deepsummit-bundle"))
@@ -230,8 +348,20 @@ def main() -> None:
         type=Path,
         help="evaluation/test_predictions.parquet of a make train run (the cpu profile)",
     )
+    parser.add_argument("--prepare-folds", type=Path, help="write the folds' arrays here")
+    parser.add_argument("--train-folds", type=Path, help="the carried folds (on the GPU)")
+    parser.add_argument("--judge-folds", type=Path, help="the GPU's fold answers, scored here")
+    parser.add_argument("--years", type=int, nargs="+", default=[2018, 2019])
+    parser.add_argument("--epochs", type=int, default=30, help="cap per fold training")
     args = parser.parse_args()
-    if args.prepare:
+    if args.prepare_folds:
+        prepare_folds(args.bundle, args.prepare_folds, args.years)
+    elif args.train_folds:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")  # epochs
+        train_folds(args.train_folds, args.out, args.epochs)
+    elif args.judge_folds:
+        judge_folds(args.bundle, args.judge_folds, args.years)
+    elif args.prepare:
         prepare(args.bundle, args.prepare)
     elif args.judge:
         judge(args.bundle, args.judge, args.cpu_predictions)

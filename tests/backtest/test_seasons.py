@@ -50,6 +50,14 @@ def test_a_model_that_ranks_years_wins_pooled_but_not_within_seasons() -> None:
     assert all(season.scored for season in table.seasons)
 
 
+def test_folds_without_member_rows_give_a_table_without_figures() -> None:
+    """A backtest of the expedition-record years only (2020 on) has no member season."""
+    table = season_table(held_out(SEASONS).clear(), ("member", "year_mood"), 100, ())
+    assert table.seasons == () and table.rows == 0
+    assert np.isnan(table.within_ordinary["member"].estimate)
+    assert np.isnan(table.differences["member − year_mood"].estimate)
+
+
 def test_small_one_class_and_disaster_seasons_are_listed_with_their_note() -> None:
     frame = held_out({**SEASONS, "2015 Spring": (300, 0.5)})
     tiny = held_out({"2016 Winter": (20, 0.5)}, seed=1)

@@ -9,12 +9,21 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
+from deepsummit.backtest.answers import FoldAnswers
 from deepsummit.backtest.folds import Fold
-from deepsummit.backtest.run import MODELS, _fold_files, run_backtest
+from deepsummit.backtest.run import (
+    MODELS,
+    _fold_files,
+    fold_directories,
+    fold_jobs,
+    fold_outcome,
+    run_backtest,
+)
 from deepsummit.backtest.stage import backtest
 from deepsummit.core.config import Settings, load_settings
 from deepsummit.core.context import RunContext
 from deepsummit.features.groups import MOST_CLIMBED, PEAK_GROUPS, WEATHER_PEAKS
+from deepsummit.train.stage import train_seeds
 
 pytest_plugins = ["features_fixtures"]
 
@@ -106,6 +115,33 @@ def test_a_rerun_trains_nothing_and_a_crash_resumes_at_the_next_fold(first, setu
     _fold_files(first.report.directory, Fold(2019, 2))["summary"].unlink()
     resumed = run_backtest(settings, snapshot)
     assert [o.cached for o in resumed.folds] == [True, False]
+
+
+def test_a_fold_trained_elsewhere_scores_as_the_fold_trained_here(
+    first, setup, tmp_path: Path
+) -> None:
+    """bench/gpu.py trains a fold on a GPU machine and sends back its answers only: read back
+    and scored here, they give the held-out rows and push days the backtest's own fold has."""
+    settings, snapshot = setup
+    (job,) = fold_jobs(settings, snapshot, [2019])
+    trained = train_seeds(
+        settings.train,
+        settings.model,
+        job.arrays,
+        job.inputs.preprocessor.model_dimensions(),
+        tmp_path / "checkpoints",
+        epoch_log=lambda record, prefix: None,
+    )
+    FoldAnswers.of(
+        trained, trained, job.arrays["validation"], job.arrays["test"], job.day_arrays
+    ).save(tmp_path / "fold-2019.npz")
+    answers = FoldAnswers.load(tmp_path / "fold-2019.npz")
+    _, baselines = fold_directories(settings, snapshot)
+    outcome = fold_outcome(settings, job, answers, baselines, seconds=0.0)
+    (here,) = (o for o in first.report.folds if o.fold.name == "2019")
+    assert outcome.held_out.equals(here.held_out)
+    assert outcome.push_days.height > 0 and outcome.push_days.equals(here.push_days)
+    assert outcome.summary["epochs"] == here.summary["epochs"]
 
 
 def test_a_candidate_that_changes_the_transformer_reuses_the_baselines(first, setup) -> None:

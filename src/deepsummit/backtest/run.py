@@ -17,12 +17,14 @@ import hashlib
 import json
 import logging
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 
+from deepsummit.backtest.answers import FoldAnswers
 from deepsummit.backtest.folds import Fold, FoldInputs, fold_inputs, rolling_folds
 from deepsummit.backtest.push_days import (
     CLIMATOLOGY,
@@ -42,7 +44,7 @@ from deepsummit.backtest.seasons import (
     choose_calibration,
     season_table,
 )
-from deepsummit.contracts.arrays import FeatureArrays, ensemble_probability, member_logits
+from deepsummit.contracts.arrays import FeatureArrays, ensemble_probability
 from deepsummit.contracts.calibration import Calibrator
 from deepsummit.contracts.preprocessing import Preprocessor
 from deepsummit.contracts.snapshot import (
@@ -63,7 +65,6 @@ from deepsummit.train.stage import (
     kept_epochs,
     refit,
     train_seeds,
-    transformer_predictions,
     with_recency,
 )
 from deepsummit.train.trainer import training_knobs
@@ -156,11 +157,31 @@ def backtest_key(settings: Settings, snapshot: Path) -> str:
     )
 
 
+def fold_directories(settings: Settings, snapshot: Path) -> tuple[Path, Path]:
+    """Where the folds of these settings are cached, and where their baselines' scores are."""
+    output = settings.backtest.output_dir
+    return (
+        output / backtest_key(settings, snapshot),
+        output / "baselines" / baselines_key(settings, snapshot),
+    )
+
+
+def missing_folds(settings: Settings, snapshot: Path) -> list[Fold]:
+    """The folds of these settings not yet trained (no files in their cache)."""
+    directory, _ = fold_directories(settings, snapshot)
+    last = settings.backtest.last_test_year or int(read_features(snapshot)["year"].max())
+    return [
+        fold
+        for fold in rolling_folds(settings.backtest, last)
+        if not _fold_files(directory, fold)["summary"].exists()
+    ]
+
+
 def run_backtest(
     settings: Settings, snapshot: Path, progress: Progress = no_progress
 ) -> BacktestReport:
     config = settings.backtest
-    directory = config.output_dir / backtest_key(settings, snapshot)
+    directory, baselines = fold_directories(settings, snapshot)
     directory.mkdir(parents=True, exist_ok=True)
     features, windows = read_features(snapshot), read_windows(snapshot)
     template = Preprocessor.load(snapshot / PREPROCESSING_FILE)
@@ -169,12 +190,11 @@ def run_backtest(
     seasons = eligible_peak_seasons(
         features, range(config.first_test_year, last + 1), config.push_day_min_summiters
     )
-    baselines = config.output_dir / "baselines" / baselines_key(settings, snapshot)
     candidates = None
     outcomes = []
     for done, fold in enumerate(folds):
         progress(done, len(folds), f"fold {fold.name} ({fold.describe()})")
-        outcome = _read_fold(directory, fold)
+        outcome = read_fold(directory, fold)
         if outcome is None:
             if candidates is None:  # only a fold that trains needs them
                 candidates = _candidates(settings, snapshot, seasons, features, template)
@@ -182,7 +202,7 @@ def run_backtest(
                 fold, features, windows, template, settings.features.model_inputs()
             )
             outcome = _run_fold(settings, inputs, windows, candidates, template, baselines)
-            _write_fold(directory, outcome)
+            write_fold(directory, outcome)
         outcomes.append(outcome)
         logger.info("backtest fold %s: %s", fold.name, outcome.skipped or "done")
     progress(len(folds), len(folds), "folds done")
@@ -217,6 +237,44 @@ class Scores:
     push_days: np.ndarray
 
 
+@dataclass(frozen=True)
+class FoldJob:
+    """What a fold's transformer trains and answers on: the fold's arrays (the training rows
+    weighted by recency) and its test year's push-day candidates."""
+
+    inputs: FoldInputs
+    arrays: dict[str, FeatureArrays]
+    day_rows: pl.DataFrame  # one per member and candidate day whose window is complete
+    day_arrays: FeatureArrays
+
+
+def fold_jobs(settings: Settings, snapshot: Path, years: list[int]) -> Iterator[FoldJob]:
+    """The jobs of the folds testing `years` that can train, as `run_backtest` builds them: for
+    a fold trained elsewhere (bench/gpu.py) and for its answers' assembly here."""
+    features, windows = read_features(snapshot), read_windows(snapshot)
+    template = Preprocessor.load(snapshot / PREPROCESSING_FILE)
+    seasons = eligible_peak_seasons(features, years, settings.backtest.push_day_min_summiters)
+    candidates = _candidates(settings, snapshot, seasons, features, template)
+    inputs_set = settings.features.model_inputs()
+    for year in years:
+        inputs = fold_inputs(
+            Fold(year, settings.backtest.validation_years), features, windows, template, inputs_set
+        )
+        if _cannot_train(inputs) is None:
+            yield _fold_job(settings, inputs, candidates, template)
+
+
+def _fold_job(
+    settings: Settings, inputs: FoldInputs, candidates: Candidates, template: Preprocessor
+) -> FoldJob:
+    years = inputs.rows["train"]["year"].to_numpy()
+    arrays = {**inputs.arrays, "train": with_recency(inputs.arrays["train"], years, settings.train)}
+    day_rows = _push_day_rows(inputs, candidates, template)
+    return FoldJob(
+        inputs, arrays, day_rows, inputs.preprocessor.transform(day_rows, candidates.windows)
+    )
+
+
 def _run_fold(
     settings: Settings,
     inputs: FoldInputs,
@@ -230,27 +288,21 @@ def _run_fold(
     answered, as the registered model answers, by the same recipe refit on the fold's every
     season (train and validation)."""
     started = time.perf_counter()
-    fold = inputs.fold
-    sizes = {part: len(a) for part, a in inputs.arrays.items()}
     reason = _cannot_train(inputs)
     if reason:
-        return FoldOutcome(fold, None, None, {"rows": sizes, "skipped": reason}, cached=False)
-    train_config = settings.train
-    years = inputs.rows["train"]["year"].to_numpy()
-    arrays = {**inputs.arrays, "train": with_recency(inputs.arrays["train"], years, train_config)}
-    day_rows = _push_day_rows(inputs, candidates, template)
-    day_arrays = inputs.preprocessor.transform(day_rows, candidates.windows)
-    checkpoints = settings.backtest.output_dir / "checkpoints" / fold.name
+        sizes = {part: len(a) for part, a in inputs.arrays.items()}
+        return FoldOutcome(inputs.fold, None, None, {"rows": sizes, "skipped": reason}, False)
+    job = _fold_job(settings, inputs, candidates, template)
+    checkpoints = settings.backtest.output_dir / "checkpoints" / inputs.fold.name
     evaluation = train_seeds(
-        train_config,
+        settings.train,
         settings.model,
-        arrays,
+        job.arrays,
         inputs.preprocessor.model_dimensions(),
         checkpoints,
         epoch_log=lambda record, prefix: None,
     )
-    judged = transformer_predictions(evaluation, arrays)
-    answering, test, days = evaluation, arrays["test"], day_arrays
+    answering, test, days = evaluation, job.arrays["test"], job.day_arrays
     if settings.backtest.refit:
         served = refit(
             settings,
@@ -263,28 +315,45 @@ def _run_fold(
         )
         answering = served.results
         test = served.preprocessor.transform(inputs.rows["test"], windows)
-        days = served.preprocessor.transform(day_rows, candidates.windows)
-    networks = [r.model for r in answering]
+        days = served.preprocessor.transform(job.day_rows, candidates.windows)
+    answers = FoldAnswers.of(evaluation, answering, job.arrays["validation"], test, days)
+    return fold_outcome(settings, job, answers, baselines, time.perf_counter() - started)
 
-    def answer(rows: FeatureArrays) -> np.ndarray:
-        return ensemble_probability(member_logits(networks, rows.model_inputs()))
 
-    held_out_answer = answer(test)
+def fold_outcome(
+    settings: Settings, job: FoldJob, answers: FoldAnswers, baselines: Path, seconds: float
+) -> FoldOutcome:
+    """A trained fold scored: every model calibrated on the validation rows (the baselines
+    trained here, or read from `baselines`), the held-out rows and push days with each model's
+    P, and the members' band."""
+    inputs = job.inputs
     scores = {
-        TRANSFORMER: Scores(judged.validation, held_out_answer, answer(days)),
+        TRANSFORMER: Scores(
+            answers.validation,
+            ensemble_probability(answers.test),
+            ensemble_probability(answers.push_days),
+        ),
         # Only its push days are scored: the days' ranking with the weather masked.
-        NO_WEATHER: Scores(judged.validation, held_out_answer, answer(days.without_weather())),
-        **_baseline_scores(arrays, day_arrays, inputs, train_config, baselines / fold.name),
+        NO_WEATHER: Scores(
+            answers.validation,
+            ensemble_probability(answers.test),
+            ensemble_probability(answers.push_days_without_weather),
+        ),
+        **_baseline_scores(
+            job.arrays, job.day_arrays, inputs, settings.train, baselines / inputs.fold.name
+        ),
     }
     columns = {}
     calibrators = {}
     for name in MODELS:
         calibrators[name] = Calibrator.fit(
-            train_config.calibration, logit(scores[name].validation), arrays["validation"].label
+            settings.train.calibration,
+            logit(scores[name].validation),
+            job.arrays["validation"].label,
         )
         columns[f"raw_{name}"] = scores[name].test
         columns[name] = calibrators[name].probabilities(logit(scores[name].test))
-    members = calibrators[TRANSFORMER].probabilities(member_logits(networks, test.model_inputs()))
+    members = calibrators[TRANSFORMER].probabilities(answers.test)
     held_out = (
         inputs.rows["test"]
         .select(HELD_OUT_KEYS)
@@ -293,15 +362,15 @@ def _run_fold(
             seed_spread=pl.Series(members.max(axis=0) - members.min(axis=0)),
         )
     )
-    push_days = day_rows.select(*PEAK_SEASON, "smtdate").with_columns(
+    push_days = job.day_rows.select(*PEAK_SEASON, "smtdate").with_columns(
         **{name: pl.Series(scores[name].push_days) for name in PUSH_DAY_SCORED}
     )
     summary = {
-        "rows": sizes,
-        "seconds": time.perf_counter() - started,
-        "epochs": [[r.best_epoch, len(r.history)] for r in evaluation],
+        "rows": {part: len(a) for part, a in inputs.arrays.items()},
+        "seconds": seconds,
+        "epochs": answers.epochs.tolist(),
     }
-    return FoldOutcome(fold, held_out, push_days, summary, cached=False)
+    return FoldOutcome(inputs.fold, held_out, push_days, summary, cached=False)
 
 
 def _baseline_scores(
@@ -364,7 +433,7 @@ def _fold_files(directory: Path, fold: Fold) -> dict[str, Path]:
     }
 
 
-def _read_fold(directory: Path, fold: Fold) -> FoldOutcome | None:
+def read_fold(directory: Path, fold: Fold) -> FoldOutcome | None:
     files = _fold_files(directory, fold)
     if not files["summary"].exists():
         return None
@@ -380,7 +449,7 @@ def _read_fold(directory: Path, fold: Fold) -> FoldOutcome | None:
     )
 
 
-def _write_fold(directory: Path, outcome: FoldOutcome) -> None:
+def write_fold(directory: Path, outcome: FoldOutcome) -> None:
     files = _fold_files(directory, outcome.fold)
     if outcome.held_out is not None and outcome.push_days is not None:
         outcome.held_out.write_parquet(files["held_out"])

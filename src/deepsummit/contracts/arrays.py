@@ -163,11 +163,16 @@ BAND_MEANING = (
 
 
 def member_logits(
-    networks: Sequence[nn.Module], inputs: dict[str, np.ndarray], batch_size: int = 1024
+    networks: Sequence[nn.Module],
+    inputs: dict[str, np.ndarray],
+    batch_size: int = 1024,
+    device: torch.device | None = None,
 ) -> np.ndarray:
     """(M, N) logits: one row per ensemble member of every network (M = networks × k). The
     model's answer is their mean probability (`ensemble_probability`), their spread its band."""
-    return np.concatenate([predict_logits(network, inputs, batch_size) for network in networks])
+    return np.concatenate(
+        [predict_logits(network, inputs, batch_size, device) for network in networks]
+    )
 
 
 def ensemble_probability(logits: np.ndarray) -> np.ndarray:

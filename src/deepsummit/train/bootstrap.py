@@ -44,7 +44,9 @@ def replicate_weights(
 ) -> np.ndarray:
     """(replicates, n) weights: how often each row's group was drawn in each replicate."""
     codes, _ = _codes(groups)
-    n_groups = int(codes.max()) + 1 if len(codes) else 0
+    if not len(codes):  # no rows (a backtest of expedition seasons only has no member rows)
+        return np.zeros((replicates, 0))
+    n_groups = int(codes.max()) + 1
     rng = np.random.default_rng(seed)
     draws = rng.multinomial(n_groups, np.full(n_groups, 1.0 / n_groups), size=replicates)
     return draws[:, codes].astype(np.float64)
@@ -60,6 +62,8 @@ def weighted_auc(labels: np.ndarray, scores: np.ndarray, weights: np.ndarray) ->
 
     Scores are sorted once; rows with equal scores form a run, within which a positive counts
     half of the run's negatives (the Mann-Whitney convention for ties)."""
+    if not len(scores):  # no rows: no class at all
+        return np.full(np.atleast_2d(weights).shape[0], np.nan)
     order = np.argsort(scores, kind="mergesort")
     sorted_scores = np.asarray(scores)[order]
     positive = np.asarray(labels, dtype=bool)[order]
