@@ -150,7 +150,7 @@ def test_missing_days_count_absent_rows(weather_con) -> None:
 
 def test_windows_computed_again_are_the_same_to_the_last_bit(bundle_warehouse: Path) -> None:
     """A rebuild on unchanged weather must not change the snapshot's digest (and so retrain):
-    every mean adds its days in one order, whatever order the parallel join yields them in."""
+    every mean sums its days exactly, whatever order the parallel join yields them in."""
     with duckdb.connect(str(bundle_warehouse), read_only=True) as con:
         targets = con.sql(
             "SELECT DISTINCT peakid, date FROM weather_daily "
