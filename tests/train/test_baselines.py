@@ -11,7 +11,7 @@ from synthetic import CARDINALITIES, synthetic_arrays
 
 from deepsummit.train.baselines import linear_matrix, run_baselines, tree_matrix
 
-ROUNDS = 200  # enough to learn the synthetic signal; the trees' defaults cost ~50 s more
+ROUNDS = 50  # learns the synthetic signal (test AUC 0.89-0.91); CatBoost: 0.08 s a round
 
 
 def test_design_matrices_carry_every_input_and_mark_missing_values() -> None:
