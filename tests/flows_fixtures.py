@@ -52,7 +52,8 @@ def isolated_paths(root: Path) -> dict[str, Any]:
         "train": {"checkpoint_dir": str(root / "var/checkpoints")},
         "weather": {"cache_path": str(root / "var/cache/open-meteo")},
         "forecast": {"cache_path": str(root / "var/cache/open-meteo-forecast")},
-        "services": {"run_dir": str(root / "services")},
+        # A test's deployment runs start within a second, not the product's 5.
+        "services": {"run_dir": str(root / "services"), "worker_query_s": 1.0},
     }
 
 

@@ -433,6 +433,9 @@ class ServicesConfig(Section):
     mlflow_port: int = 5000
     work_pool: str = "local"
     gpu_work_pool: str = "gpu"
+    # How often the local worker asks the server for runs to start: a deployment run waits up
+    # to this long before it starts (Prefect's own default is 10 s).
+    worker_query_s: float = Field(5.0, gt=0)
     run_dir: Path = Path("var/services")
 
     @model_validator(mode="after")

@@ -490,7 +490,7 @@ def worker_env(settings: Settings) -> dict[str, str]:
     return {
         **prefect_env(settings),
         tracking: os.environ.get(tracking, settings.services.mlflow_url),
-        "PREFECT_WORKER_QUERY_SECONDS": "5",
+        "PREFECT_WORKER_QUERY_SECONDS": str(settings.services.worker_query_s),
         PROJECT_DIR_VARIABLE: str(PROJECT_ROOT),
     }
 
