@@ -50,10 +50,13 @@ time.sleep(600)
 
 @pytest.fixture(scope="module", autouse=True)
 def default_ports_held() -> Iterator[None]:
-    """Listeners on 127.0.0.1:4200 and :5000 (a port already taken is held by someone else)."""
+    """Listeners on 127.0.0.1:4200 and :5000 (a port already taken is held by someone else).
+    SO_REUSEADDR: the closed connections of a `make train` stack stopped just before (TIME_WAIT
+    for a minute) do not hold the port; only a listener does."""
     held = []
     for port in DEFAULT_PORTS:
         listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             listener.bind(("127.0.0.1", port))
         except OSError:

@@ -370,8 +370,11 @@ def http_ok(url: str, timeout_s: float = 2.0) -> bool:
 
 
 def port_in_use(host: str, port: int) -> bool:
+    """Something listens on host:port. A port nobody listens on refuses at once; the timeout
+    is for a listener on a machine whose cores are all busy, where even a loopback handshake
+    has taken over half a second (a test that held the port saw it free)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.settimeout(0.5)
+        sock.settimeout(5.0)
         return sock.connect_ex((host, port)) == 0
 
 
