@@ -327,16 +327,15 @@ def fold_outcome(
     trained here, or read from `baselines`), the held-out rows and push days with each model's
     P, and the members' band."""
     inputs = job.inputs
+    held_out_answer = ensemble_probability(answers.test)
     scores = {
         TRANSFORMER: Scores(
-            answers.validation,
-            ensemble_probability(answers.test),
-            ensemble_probability(answers.push_days),
+            answers.validation, held_out_answer, ensemble_probability(answers.push_days)
         ),
         # Only its push days are scored: the days' ranking with the weather masked.
         NO_WEATHER: Scores(
             answers.validation,
-            ensemble_probability(answers.test),
+            held_out_answer,
             ensemble_probability(answers.push_days_without_weather),
         ),
         **_baseline_scores(
