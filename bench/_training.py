@@ -32,7 +32,7 @@ from deepsummit.contracts.snapshot import (
 )
 from deepsummit.core.config import Settings, load_settings, nested_overrides
 from deepsummit.core.inputs import InputSet
-from deepsummit.train import stage
+from deepsummit.train import recipe
 from deepsummit.train.bootstrap import Interval
 from deepsummit.train.trainer import TrainResult
 
@@ -103,13 +103,8 @@ def train_seeds(
     """The transformer trained once per seed as the train stage trains it, without logging its
     epochs to MLflow."""
     with tempfile.TemporaryDirectory() as checkpoints:
-        results = stage.train_seeds(
-            settings.train,
-            settings.model,
-            arrays,
-            dimensions,
-            Path(checkpoints),
-            epoch_log=lambda record, prefix: None,
+        results = recipe.train_seeds(
+            recipe.Recipe.of(settings), arrays, dimensions, Path(checkpoints)
         )
     return results
 

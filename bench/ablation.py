@@ -55,7 +55,8 @@ from deepsummit.core.inputs import SPEC_INPUTS, InputSet
 from deepsummit.train.baselines import lightgbm
 from deepsummit.train.bootstrap import paired_auc_difference, replicate_weights
 from deepsummit.train.comparison import TRANSFORMER, Comparison, SeedSpread, logit
-from deepsummit.train.stage import compare_with_seeds, transformer_predictions
+from deepsummit.train.evaluation import compare_with_seeds
+from deepsummit.train.recipe import transformer_predictions
 from deepsummit.train.trainer import training_slice
 
 logger = logging.getLogger("ablation")

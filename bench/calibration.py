@@ -48,7 +48,7 @@ from deepsummit.train.bootstrap import (
     weighted_ece,
 )
 from deepsummit.train.comparison import logit
-from deepsummit.train.stage import transformer_predictions
+from deepsummit.train.recipe import transformer_predictions
 
 METHODS: tuple[Method, ...] = get_args(Method)
 FOLD_SEED = 0

@@ -30,7 +30,7 @@ from sklearn.metrics import log_loss
 from deepsummit.backtest.run import run_backtest
 from deepsummit.contracts.snapshot import newest_features_dir
 from deepsummit.train.comparison import TRANSFORMER, logit
-from deepsummit.train.evaluation import expected_calibration_error
+from deepsummit.train.metrics import expected_calibration_error
 
 RAW = f"raw_{TRANSFORMER}"
 

@@ -25,7 +25,8 @@ from deepsummit.contracts.snapshot import load_features, newest_features_dir
 from deepsummit.core.config import load_settings
 from deepsummit.train.baselines import configured_baselines
 from deepsummit.train.comparison import ModelRow
-from deepsummit.train.stage import compare_with_seeds, transformer_predictions
+from deepsummit.train.evaluation import compare_with_seeds
+from deepsummit.train.recipe import transformer_predictions
 from deepsummit.train.trainer import train_model
 
 

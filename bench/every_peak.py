@@ -39,7 +39,7 @@ from deepsummit.core.config import Settings
 from deepsummit.features.groups import PEAK_GROUPS, WEATHER_PEAKS, peak_groups
 from deepsummit.train.baselines import lightgbm
 from deepsummit.train.comparison import TRANSFORMER, logit
-from deepsummit.train.stage import transformer_predictions
+from deepsummit.train.recipe import transformer_predictions
 from deepsummit.train.trainer import training_slice
 
 LIGHTGBM = "LightGBM"

@@ -33,7 +33,8 @@ from deepsummit.contracts.arrays import FeatureArrays
 from deepsummit.contracts.calibration import Calibrator
 from deepsummit.train.comparison import logit
 from deepsummit.train.expeditions import expedition_table
-from deepsummit.train.stage import TrainingData, transformer_predictions
+from deepsummit.train.recipe import transformer_predictions
+from deepsummit.train.stage import TrainingData
 
 EXPANDED, WEIGHTED = "one row per member", "one weighted row per outcome"
 

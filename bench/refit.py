@@ -36,12 +36,8 @@ from deepsummit.contracts.calibration import Calibrator
 from deepsummit.train.baselines import configured_baselines
 from deepsummit.train.comparison import TRANSFORMER, logit
 from deepsummit.train.expeditions import expedition_table
-from deepsummit.train.stage import (
-    TrainingData,
-    train_seeds,
-    transformer_predictions,
-    with_recency,
-)
+from deepsummit.train.recipe import Recipe, train_seeds, transformer_predictions, with_recency
+from deepsummit.train.stage import TrainingData
 
 REFIT = "transformer, refit through 2022"
 MIN_EXPEDITIONS = 30
@@ -59,12 +55,10 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as checkpoints:
         judged = train_seeds(
-            train_config,
-            settings.model,
+            Recipe.of(settings),
             data.training_arrays(train_config),
             data.preprocessor.model_dimensions(),
             Path(checkpoints) / "judged",
-            epoch_log=lambda record, prefix: None,
         )
         transformer = transformer_predictions(judged, data.arrays)
         calibrator = Calibrator.fit(
@@ -81,12 +75,10 @@ def main() -> None:
             train_config,
         )
         refit = train_seeds(
-            train_config,
-            settings.model,
+            Recipe.of(settings),
             {"train": arrays, "validation": None},
             preprocessor.model_dimensions(),
             Path(checkpoints) / "refit",
-            epoch_log=lambda record, prefix: None,
             epochs={r.seed: r.best_epoch for r in judged},
         )
     refit_inputs = preprocessor.transform(test, data.windows).model_inputs()

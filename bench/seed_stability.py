@@ -36,7 +36,8 @@ from deepsummit.core.warehouse import connect
 from deepsummit.serve.predict import daily_weather
 from deepsummit.serve.scoring import score
 from deepsummit.train.comparison import logit
-from deepsummit.train.stage import TrainingData, train_seeds, transformer_predictions
+from deepsummit.train.recipe import Recipe, train_seeds, transformer_predictions
+from deepsummit.train.stage import TrainingData
 
 EXAMPLE = {"peak": "EVER", "age": 40, "sex": "M", "nationality": "USA", "oxygen": True,
            "commercial": True}  # fmt: skip
@@ -49,8 +50,8 @@ def ensemble(settings, data: TrainingData, first_seed: int) -> tuple[ModelArtifa
     train_config = settings.train.model_copy(update={"seed": first_seed})
     with tempfile.TemporaryDirectory() as checkpoints:
         results = train_seeds(
-            train_config, settings.model, data.arrays, data.preprocessor.model_dimensions(),
-            Path(checkpoints), epoch_log=lambda record, prefix: None,
+            Recipe(settings.model, train_config), data.arrays,
+            data.preprocessor.model_dimensions(), Path(checkpoints),
         )  # fmt: skip
     mean = transformer_predictions(results, data.arrays)
     calibrator = Calibrator.fit(

@@ -1,6 +1,9 @@
 """What the train stage costs, before and after, side by side on one machine: wall and CPU
 seconds of the whole stage (the evaluation, the baselines, the refit where there is one, the
-registration) as each version of the code runs it on its own features snapshot of the bundle.
+registration) as each version of the code runs it on its own features snapshot of the bundle;
+and whether the two versions answer alike: the evaluation's held-out test predictions and the
+registered model's answers on the snapshot's test rows, compared bit for bit (a restructuring
+that changes no behaviour must give the same bits, with the same seed on the same machine).
 
 "before" is the code of a past commit (default 65663a7: five trainings of one network on the
 seasons to 2015, no refit), read from git into a folder of its own; "after" is this checkout.
@@ -27,6 +30,7 @@ from deepsummit.core.config import PROJECT_ROOT
 
 BEFORE = "65663a7"
 WORKDIR = Path(tempfile.gettempdir()) / "deepsummit-train-cost"
+ANSWERS = "answers.npz"  # what a train run of an arm answered, beside its snapshot
 
 
 def code_at(commit: str, folder: Path) -> Path:
@@ -63,10 +67,15 @@ def child(mode: str, folder: Path) -> None:
     """Runs inside the arm's code: build the snapshot, or time the train stage on it."""
     import resource
 
+    import mlflow
+    import numpy as np
+    import polars as pl
     from _bundle import bundle_features, bundle_settings
 
-    from deepsummit.contracts.snapshot import newest_features_dir
+    from deepsummit.contracts.artifact import ModelArtifact
+    from deepsummit.contracts.snapshot import PLANNED_TEST_FILE, newest_features_dir
     from deepsummit.core.context import RunContext
+    from deepsummit.serve.scoring import answers
     from deepsummit.train.stage import train_and_register
 
     if mode == "features":
@@ -75,12 +84,26 @@ def child(mode: str, folder: Path) -> None:
         print(json.dumps({}))
         return
     settings = bundle_settings(folder)
-    report = train_and_register(
-        settings, RunContext(folder / "runs" / "train"), newest_features_dir(folder / "features")
-    )
+    context = RunContext(folder / "runs" / "train")
+    snapshot = newest_features_dir(folder / "features")
+    report = train_and_register(settings, context, snapshot)
     usage = resource.getrusage(resource.RUSAGE_SELF)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = usage.ru_utime + usage.ru_stime + children.ru_utime + children.ru_stime
+    held_out = pl.read_parquet(
+        mlflow.artifacts.download_artifacts(
+            run_id=report.mlflow_run_id,
+            artifact_path="evaluation/test_predictions.parquet",
+            tracking_uri=settings.mlflow.tracking_uri,
+        )
+    )
+    planned = pl.read_parquet(snapshot / PLANNED_TEST_FILE).drop("expid", "member_id", "year")
+    served = answers(ModelArtifact.load(context.run_dir / "model"), planned.to_pandas())
+    np.savez(
+        folder / ANSWERS,
+        held_out=held_out["probability"].to_numpy(),
+        served=served["probability"].to_numpy(dtype=np.float64),
+    )
     rows = report.rows
     print(json.dumps({"cpu": cpu, "train_rows": rows["train"], "refit_rows": rows.get("refit", 0)}))
 
@@ -121,6 +144,21 @@ def main() -> None:
         print(f"| {name} | {int(first['train_rows']):,} / {refit} | {wall:.0f} | {cpu:.0f} |")
     before, after = medians.values()
     print(f"\nCPU time: before / after = {before / after:.2f}×")
+    print(same_answers(*folders.values()))
+
+
+def same_answers(before: Path, after: Path) -> str:
+    """Whether the arms' last train runs answered alike, bit for bit."""
+    import numpy as np
+
+    with np.load(before / ANSWERS) as old, np.load(after / ANSWERS) as new:
+        lines = []
+        for part in ("held_out", "served"):
+            same = np.array_equal(old[part], new[part], equal_nan=True)
+            largest = float(np.nanmax(np.abs(old[part] - new[part]))) if not same else 0.0
+            verdict = "identical, bit for bit" if same else f"differ (largest {largest:.3g})"
+            lines.append(f"{part}: {len(new[part]):,} answers {verdict}")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

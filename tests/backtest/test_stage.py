@@ -23,7 +23,7 @@ from deepsummit.backtest.stage import backtest
 from deepsummit.core.config import Settings, load_settings
 from deepsummit.core.context import RunContext
 from deepsummit.features.groups import MOST_CLIMBED, PEAK_GROUPS, WEATHER_PEAKS
-from deepsummit.train.stage import train_seeds
+from deepsummit.train.recipe import Recipe, train_seeds
 
 pytest_plugins = ["features_fixtures"]
 
@@ -125,12 +125,10 @@ def test_a_fold_trained_elsewhere_scores_as_the_fold_trained_here(
     settings, snapshot = setup
     (job,) = fold_jobs(settings, snapshot, [2019])
     trained = train_seeds(
-        settings.train,
-        settings.model,
+        Recipe.of(settings),
         job.arrays,
         job.inputs.preprocessor.model_dimensions(),
         tmp_path / "checkpoints",
-        epoch_log=lambda record, prefix: None,
     )
     FoldAnswers.of(
         trained, trained, job.arrays["validation"], job.arrays["test"], job.day_arrays

@@ -8,7 +8,7 @@ import pytest
 from sklearn.metrics import roc_auc_score
 
 from deepsummit.contracts.calibration import Calibrator
-from deepsummit.train.evaluation import expected_calibration_error
+from deepsummit.train.metrics import expected_calibration_error
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ import datetime as dt
 
 import pytest
 
-from deepsummit.core.planned import SEASON_BY_MONTH, expedition_year
+from deepsummit.core.seasons import SEASON_BY_MONTH, expedition_year
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ from deepsummit.train.bootstrap import (
     weighted_brier,
     weighted_ece,
 )
-from deepsummit.train.evaluation import expected_calibration_error
+from deepsummit.train.metrics import expected_calibration_error
 
 
 @pytest.fixture(scope="module")

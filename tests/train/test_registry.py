@@ -31,6 +31,8 @@ from deepsummit.contracts.champion import (
 from deepsummit.contracts.snapshot import PLANNED_TEST_FILE
 from deepsummit.core.inputs import Known
 from deepsummit.core.planned import KEY_COLUMNS
+from deepsummit.train.parallel import refit_beside
+from deepsummit.train.recipe import Recipe, refit
 from deepsummit.train.registry import (
     PREDICTIONS_ARTIFACT,
     Candidate,
@@ -38,7 +40,7 @@ from deepsummit.train.registry import (
     gate,
     log_and_register,
 )
-from deepsummit.train.stage import TrainingData, refit, refit_beside
+from deepsummit.train.stage import TrainingData
 
 pytest_plugins = ["features_fixtures"]
 
@@ -204,18 +206,18 @@ def test_a_refit_beside_the_evaluation_is_the_refit_after_it(
     trains, weight for weight. A recipe that keeps its best epoch waits for it."""
     base = trained_registry.settings
     assert base.train.keep == "best"
-    with refit_beside(base, trained_registry.snapshot, tmp_path / "best") as pending:
+    with refit_beside(Recipe.of(base), trained_registry.snapshot, tmp_path / "best") as pending:
         assert pending is None
     settings = base.model_copy(
         update={"train": base.train.model_copy(update={"keep": "last", "seeds": 1})}
     )
     data = TrainingData.read(trained_registry.snapshot)
+    recipe = Recipe.of(settings)
     after = refit(
-        settings, data.snapshot, data.windows, data.preprocessor,
+        recipe, data.snapshot, data.windows, data.preprocessor,
         {settings.train.seed: settings.train.max_epochs}, tmp_path / "after",
-        epoch_log=lambda record, prefix: None,
     )  # fmt: skip
-    with refit_beside(settings, trained_registry.snapshot, tmp_path / "beside", 1) as pending:
+    with refit_beside(recipe, trained_registry.snapshot, tmp_path / "beside", 1) as pending:
         assert pending is not None
         beside = pending.get(timeout=900)
     assert (beside.rows, beside.trained_through) == (after.rows, "2025 Summer")

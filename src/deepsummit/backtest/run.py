@@ -61,12 +61,7 @@ from deepsummit.features.groups import PEAK_GROUPS, peak_groups
 from deepsummit.train.baselines import CATBOOST, LIGHTGBM, LOGISTIC, configured_baselines
 from deepsummit.train.comparison import TRANSFORMER, logit, slug
 from deepsummit.train.expeditions import ExpeditionTable, expedition_table
-from deepsummit.train.stage import (
-    kept_epochs,
-    refit,
-    train_seeds,
-    with_recency,
-)
+from deepsummit.train.recipe import Recipe, kept_epochs, refit, train_seeds, with_recency
 from deepsummit.train.trainer import training_knobs
 
 logger = logging.getLogger(__name__)
@@ -294,24 +289,19 @@ def _run_fold(
         return FoldOutcome(inputs.fold, None, None, {"rows": sizes, "skipped": reason}, False)
     job = _fold_job(settings, inputs, candidates, template)
     checkpoints = settings.backtest.output_dir / "checkpoints" / inputs.fold.name
+    recipe = Recipe.of(settings)
     evaluation = train_seeds(
-        settings.train,
-        settings.model,
-        job.arrays,
-        inputs.preprocessor.model_dimensions(),
-        checkpoints,
-        epoch_log=lambda record, prefix: None,
+        recipe, job.arrays, inputs.preprocessor.model_dimensions(), checkpoints
     )
     answering, test, days = evaluation, job.arrays["test"], job.day_arrays
     if settings.backtest.refit:
         served = refit(
-            settings,
+            recipe,
             pl.concat([inputs.rows["train"], inputs.rows["validation"]]),
             windows,
             inputs.preprocessor,
             kept_epochs(evaluation),
             checkpoints / "refit",
-            epoch_log=lambda record, prefix: None,
         )
         answering = served.results
         test = served.preprocessor.transform(inputs.rows["test"], windows)

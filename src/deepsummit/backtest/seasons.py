@@ -17,6 +17,7 @@ import numpy as np
 import polars as pl
 
 from deepsummit.contracts.calibration import Calibrator
+from deepsummit.core.seasons import season_name
 from deepsummit.train.bootstrap import (
     Interval,
     MetricIntervals,
@@ -26,13 +27,9 @@ from deepsummit.train.bootstrap import (
     weighted_auc,
 )
 from deepsummit.train.comparison import difference_metrics, difference_name, logit, slug
-from deepsummit.train.evaluation import expected_calibration_error
+from deepsummit.train.metrics import expected_calibration_error
 
 CALIBRATION_METHODS = ("none", "temperature", "platt", "isotonic")
-
-
-def season_name(year: pl.Expr, season: pl.Expr) -> pl.Expr:
-    return pl.format("{} {}", year, season)
 
 
 @dataclass(frozen=True)

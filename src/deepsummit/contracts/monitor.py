@@ -30,8 +30,6 @@ from deepsummit.core.config import DriftConfig
 from deepsummit.core.inputs import WEATHER_CHANNELS, InputSet
 
 NOT_COMPARED = frozenset({"season"})
-# Seasons in time order within a year (deepsummit/sql/features_history.sql ranks them the same way).
-SEASON_ORDER = {"Spring": 0, "Summer": 1, "Autumn": 2, "Winter": 3}
 FEATURE_WINDOW_KEY = ("peakid", "smtdate")
 STRATUM = "drift_stratum"  # the column naming a row's season and push week
 STRATUM_NAME = "{} week {}"  # a stratum's name, of its season and push week: "Spring week 19"

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from zoneinfo import ZoneInfo
 
 from deepsummit.core.inputs import WEATHER_VARIABLES, WINDOW_DAYS
+from deepsummit.core.seasons import SEASON_BY_MONTH, SEASONS
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -54,7 +55,7 @@ PLANNED_FIELDS: tuple[PlannedField, ...] = (
     PlannedField("push_date", "date", "attempt", "the summit push day D, YYYY-MM-DD", True),
     PlannedField(
         "season", "string", "attempt", "the expedition's season; default from the date (Dec–Feb: "
-        "Winter)", choices=("Spring", "Summer", "Autumn", "Winter"),
+        "Winter)", choices=SEASONS,
     ),
     PlannedField("age", "double", "member", "age of the member, years"),
     PlannedField("sex", "string", "member", "M or F", choices=("M", "F")),
@@ -93,28 +94,10 @@ WEATHER_COLUMNS: tuple[str, ...] = WEATHER_VARIABLES  # each an array of WINDOW_
 # The attempts of the warehouse, when asked as planned attempts (tests, the gate), keep their key.
 KEY_COLUMNS: tuple[str, ...] = ("expid", "member_id", "year")
 AGE_RANGE = (1, 100)  # the ingest's range for member ages
-SEASONS = FIELDS_BY_NAME["season"].choices
-# The month each HDB season opens: a season runs three months from it. Winter opens in December
-# and belongs to the December's year.
-SEASON_OPENING_MONTH: dict[str, int] = {"Spring": 3, "Summer": 6, "Autumn": 9, "Winter": 12}
-SEASON_BY_MONTH: dict[int, str] = {
-    (opening + offset - 1) % 12 + 1: season
-    for season, opening in SEASON_OPENING_MONTH.items()
-    for offset in range(3)
-}
-# A recorded push date may lie this many months outside its season's three (a Spring expedition
-# summiting in early June, a Winter one leaving in November): beyond, the date is an error.
-SEASON_SLACK_MONTHS = 1
 
 
 def fields_of(*scopes: Scope) -> tuple[PlannedField, ...]:
     return tuple(f for f in PLANNED_FIELDS if f.scope in scopes)
-
-
-def expedition_year(season: str, day: dt.date) -> int:
-    """The expedition year of a push on `day` in `season` (Winter pushes in Jan/Feb: the year
-    before)."""
-    return day.year - 1 if season == "Winter" and day.month <= 2 else day.year
 
 
 def season_of(values: Mapping[str, Any]) -> str:

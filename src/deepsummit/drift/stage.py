@@ -15,11 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import mlflow
-import polars as pl
 
 from deepsummit.contracts.champion import champion_file
 from deepsummit.contracts.drift import DistributionProfile, DriftReport
-from deepsummit.contracts.monitor import SEASON_ORDER, input_drift
+from deepsummit.contracts.monitor import input_drift
 from deepsummit.contracts.preprocessing import Preprocessor
 from deepsummit.contracts.snapshot import (
     DRIFT_PROFILE_FILE,
@@ -29,6 +28,7 @@ from deepsummit.contracts.snapshot import (
 )
 from deepsummit.core.config import MlflowConfig, Settings
 from deepsummit.core.context import RunContext
+from deepsummit.core.seasons import newest_season_rows
 
 REPORTS_DIR = "drift"  # under paths.var_dir
 
@@ -54,14 +54,6 @@ def reports_dir(settings: Settings) -> Path:
     return settings.paths.var_dir / REPORTS_DIR
 
 
-def newest_season(features: pl.DataFrame) -> tuple[pl.DataFrame, str]:
-    """The attempts of the newest season of `features` (Winter after Autumn of its year) and
-    its name, e.g. "Autumn 2019"."""
-    rank = pl.col("year") * 4 + pl.col("season").replace_strict(SEASON_ORDER, default=0)
-    rows = features.filter(rank == features.select(rank.max()).item())
-    return rows, f"{rows['season'][0]} {rows['year'][0]}"
-
-
 def check_drift(settings: Settings, context: RunContext, features_snapshot: Path) -> DriftCheck:
     """The snapshot's newest season against the champion's training split; "not compared"
     when the registry has no champion with a drift reference."""
@@ -69,7 +61,7 @@ def check_drift(settings: Settings, context: RunContext, features_snapshot: Path
     if found is None:
         return DriftCheck(None, "no champion with a drift reference in the registry")
     version, reference = found
-    rows, season = newest_season(read_features(features_snapshot))
+    rows, season = newest_season_rows(read_features(features_snapshot))
     report = input_drift(
         DistributionProfile.from_json(reference.read_text()),
         rows,

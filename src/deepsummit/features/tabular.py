@@ -17,7 +17,7 @@ import polars as pl
 
 from deepsummit.core.errors import PipelineError
 from deepsummit.core.inputs import RARE_FOLDS, TABULAR_INPUTS
-from deepsummit.core.planned import SEASON_OPENING_MONTH
+from deepsummit.core.seasons import SEASON_OPENING_MONTH
 from deepsummit.core.warehouse import query, registered, run
 
 # What an attempt says about itself: the expedition and the member as planned, and the

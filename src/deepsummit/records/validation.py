@@ -20,7 +20,7 @@ from pandera.errors import SchemaErrors
 from deepsummit.core.errors import PipelineError
 
 # HDB season 0 (Unknown) is not among SEASONS: rejected.
-from deepsummit.core.planned import SEASON_OPENING_MONTH, SEASON_SLACK_MONTHS, SEASONS
+from deepsummit.core.seasons import SEASON_OPENING_MONTH, SEASON_SLACK_MONTHS, SEASONS
 
 ROW = "_row"
 PARSE_ERROR = "_parse_error"

@@ -15,13 +15,8 @@ import pandas as pd
 import polars as pl
 
 from deepsummit.core.inputs import WEATHER_VARIABLES, WINDOW_DAYS
-from deepsummit.core.planned import (
-    AGE_RANGE,
-    PLANNED_FIELDS,
-    SEASON_BY_MONTH,
-    WEATHER_COLUMNS,
-    expedition_year,
-)
+from deepsummit.core.planned import AGE_RANGE, PLANNED_FIELDS, WEATHER_COLUMNS
+from deepsummit.core.seasons import SEASON_BY_MONTH, expedition_year
 from deepsummit.features.tabular import ATTEMPT_INPUT_SCHEMA
 
 

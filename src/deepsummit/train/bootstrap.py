@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from deepsummit.train.evaluation import CALIBRATION_BINS
+from deepsummit.train.metrics import CALIBRATION_BINS
 
 LEVEL = 0.95
 REPLICATES = 1000

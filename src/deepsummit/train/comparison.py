@@ -20,7 +20,7 @@ from deepsummit.train.bootstrap import (
     paired_auc_difference,
     replicate_weights,
 )
-from deepsummit.train.evaluation import compute_metrics, expected_calibration_error
+from deepsummit.train.metrics import compute_metrics, expected_calibration_error
 
 TRANSFORMER = "transformer"
 

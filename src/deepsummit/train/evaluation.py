@@ -1,139 +1,167 @@
-"""Test-split metrics and plots, the same for the transformer and the baselines.
-
-Expected calibration error: the predictions are cut into 10 equal-width bins of probability
-([0, 0.1), …, [0.9, 1.0]); ECE = Σ_b (n_b / N) · |mean label_b − mean probability_b|, over
-non-empty bins. 0 is perfectly calibrated; a model that always says 0.5 on a 40 % base rate
-scores 0.1.
+"""The train stage's evaluation: the transformer and the baselines, trained on identical rows,
+calibrated the same way on the validation split and judged on the test split (the newest
+seasons), with intervals, by expedition where the test split holds expedition records, and in
+plots; all of it logged to the active MLflow run.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+import dataclasses
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")  # files only; never a display
-
-import matplotlib.pyplot as plt
+import mlflow
 import numpy as np
-from sklearn.metrics import log_loss, roc_auc_score, roc_curve
+import polars as pl
+from sklearn.metrics import roc_auc_score
 
-from deepsummit.train.trainer import EpochRecord
-
-CALIBRATION_BINS = 10
-THRESHOLD = 0.5  # accuracy's decision threshold
-
-
-@dataclass(frozen=True)
-class Metrics:
-    auc: float
-    accuracy: float
-    brier: float
-    ece: float
-    log_loss: float
-    rows: int
-    positive_rate: float
-
-    def as_dict(self, prefix: str = "") -> dict[str, float]:
-        return {f"{prefix}{name}": float(value) for name, value in asdict(self).items()}
+from deepsummit.contracts.arrays import FeatureArrays, ensemble_probability, member_logits
+from deepsummit.contracts.calibration import Calibrator, Method
+from deepsummit.core.config import BacktestConfig
+from deepsummit.train.baselines import ModelPredictions
+from deepsummit.train.bootstrap import weighted_auc
+from deepsummit.train.comparison import TRANSFORMER, Comparison, SeedSpread, compare, logit
+from deepsummit.train.expeditions import ExpeditionTable, expedition_table
+from deepsummit.train.metrics import auc_by_group
+from deepsummit.train.plots import plot_calibration, plot_roc
+from deepsummit.train.recipe import transformer_predictions
+from deepsummit.train.tracking import log_plots
+from deepsummit.train.trainer import TrainResult
 
 
-def expected_calibration_error(
-    labels: np.ndarray, probabilities: np.ndarray, bins: int = CALIBRATION_BINS
-) -> float:
-    # np.digitize on the inner edges puts p = 1.0 in the last bin, not an extra one.
-    bin_index = np.digitize(probabilities, np.linspace(0, 1, bins + 1)[1:-1])
-    error = 0.0
-    for b in range(bins):
-        in_bin = bin_index == b
-        if in_bin.any():
-            error += in_bin.mean() * abs(labels[in_bin].mean() - probabilities[in_bin].mean())
-    return float(error)
+def evaluate(
+    arrays: dict[str, FeatureArrays],
+    test_rows: pl.DataFrame,
+    test_groups: np.ndarray,
+    results: list[TrainResult],
+    baselines: list[ModelPredictions],
+    calibration: Method,
+    backtest: BacktestConfig,
+    run_dir: Path,
+) -> tuple[Comparison, dict[str, np.ndarray], ExpeditionTable | None]:
+    """The transformer and the baselines (trained on identical rows) calibrated the same way,
+    compared with intervals; metrics, the comparison, AUC by group and plots logged. Returns
+    the comparison, each model's calibrated test probabilities and, where the test split holds
+    expedition records, their table by expedition."""
+    models = [transformer_predictions(results, arrays), *baselines]
+    comparison = compare_with_seeds(models, results, arrays, test_groups, calibration)
+    mlflow.log_metrics(
+        {
+            **comparison.metrics(),
+            **{f"seed_{r.seed}_best_epoch": r.best_epoch for r in results},
+            **{f"seed_{r.seed}_best_val_auc": r.best_val_auc for r in results},
+            # The answer's own validation AUC (with one seed, that seed's best_val_auc).
+            "ensemble_val_auc": float(
+                roc_auc_score(arrays["validation"].label, models[0].validation)
+            ),
+            **{f"seed_{r.seed}_epochs_run": len(r.history) for r in results},
+            "train_rows": results[0].train_rows,
+        }
+    )
+    mlflow.log_text(comparison.markdown(), "evaluation/comparison.md")
+    calibrated = {
+        m.name: comparison.calibrators[m.name].probabilities(logit(m.test)) for m in models
+    }
+    expeditions = held_out_expeditions(backtest, test_rows, calibrated)
+    if expeditions is not None:
+        mlflow.log_metrics(expeditions.metrics("test_expeditions_"))
+        mlflow.log_text(expeditions.markdown(), "evaluation/expeditions.md")
+    mlflow.log_dict(
+        _group_aucs(test_rows, arrays["test"].label, calibrated[TRANSFORMER]),
+        "evaluation/auc_by_group.json",
+    )
+    _log_plots(run_dir / "plots", arrays, models, calibrated, results[0])
+    return comparison, calibrated, expeditions
 
 
-def compute_metrics(labels: np.ndarray, probabilities: np.ndarray) -> Metrics:
-    labels = np.asarray(labels, dtype=np.float64)
-    probabilities = np.asarray(probabilities, dtype=np.float64)
-    return Metrics(
-        auc=float(roc_auc_score(labels, probabilities)),
-        accuracy=float(np.mean((probabilities >= THRESHOLD) == (labels == 1))),
-        brier=float(np.mean((probabilities - labels) ** 2)),
-        ece=expected_calibration_error(labels, probabilities),
-        log_loss=float(log_loss(labels, np.clip(probabilities, 1e-7, 1 - 1e-7), labels=[0, 1])),
-        rows=len(labels),
-        positive_rate=float(labels.mean()),
+def held_out_expeditions(
+    backtest: BacktestConfig, test_rows: pl.DataFrame, calibrated: dict[str, np.ndarray]
+) -> ExpeditionTable | None:
+    """The test split's expedition records judged by expedition (deepsummit/train/
+    expeditions.py): their members share one P, so ranking members within them says nothing.
+    None when the test split has none."""
+    is_record = (test_rows["record"] == "expedition").to_numpy()
+    if not is_record.any():
+        return None
+    rows = test_rows.filter(pl.Series(is_record)).select("expid", "year", "season", "label")
+    return expedition_table(
+        rows.with_columns(
+            **{name: pl.Series(values[is_record]) for name, values in calibrated.items()}
+        ),
+        tuple(calibrated),
+        backtest.min_season_expeditions,
+        backtest.unscored_seasons,
     )
 
 
-def auc_by_group(
-    labels: np.ndarray, probabilities: np.ndarray, groups: Sequence[str]
-) -> dict[str, float]:
-    """AUC per group value; NaN where a group holds a single class (AUC undefined there)."""
-    groups = np.asarray(groups, dtype=object)
-    result: dict[str, float] = {}
-    for value in sorted({str(g) for g in groups}):
-        mask = groups.astype(str) == value
-        y = labels[mask]
-        result[value] = (
-            float(roc_auc_score(y, probabilities[mask])) if len(np.unique(y)) == 2 else math.nan
+def compare_with_seeds(
+    models: list[ModelPredictions],
+    results: list[TrainResult],
+    arrays: dict[str, FeatureArrays],
+    test_groups: np.ndarray,
+    calibration: Method,
+) -> Comparison:
+    """The models compared on the test rows (deepsummit/train/comparison.py), the transformer's
+    seeds' spread beside them."""
+    comparison = compare(
+        models, arrays["validation"].label, arrays["test"].label, test_groups, calibration
+    )
+    calibrator = comparison.calibrators[TRANSFORMER]
+    return dataclasses.replace(comparison, seeds=seed_spread(results, arrays, calibrator))
+
+
+def seed_spread(
+    results: list[TrainResult], arrays: dict[str, FeatureArrays], calibrator: Calibrator
+) -> SeedSpread:
+    """Each seed's validation and test AUC, and the mean width of the band of every member's
+    calibrated probability on the test rows (what `predict` shows as the band)."""
+    ones = np.ones((1, len(arrays["test"])))
+    inputs = arrays["test"].model_inputs()
+    per_seed = [ensemble_probability(member_logits([r.model], inputs)) for r in results]
+    members = calibrator.probabilities(member_logits([r.model for r in results], inputs))
+    return SeedSpread(
+        tuple(r.seed for r in results),
+        tuple(r.best_val_auc for r in results),
+        tuple(float(weighted_auc(arrays["test"].label, p, ones)[0]) for p in per_seed),
+        float((members.max(0) - members.min(0)).mean()),
+    )
+
+
+def _group_aucs(
+    test_rows: pl.DataFrame, labels: np.ndarray, probabilities: np.ndarray
+) -> dict[str, dict[str, float | None]]:
+    groups = {}
+    for column in ("peakid", "season"):
+        aucs = auc_by_group(labels, probabilities, test_rows[column].fill_null("unknown"))
+        groups[column] = {k: (None if np.isnan(v) else v) for k, v in aucs.items()}
+        mlflow.log_metrics(
+            {f"test_auc_{column}_{k}": v for k, v in aucs.items() if not np.isnan(v)}
         )
-    return result
+    return groups
 
 
-def plot_roc(labels: np.ndarray, curves: Mapping[str, np.ndarray], path: Path) -> Path:
-    """One ROC curve per model (name → test probabilities) on shared axes."""
-    figure, axes = plt.subplots(figsize=(5.5, 5))
-    for name, probabilities in curves.items():
-        fpr, tpr, _ = roc_curve(labels, probabilities)
-        axes.plot(fpr, tpr, label=f"{name} (AUC {roc_auc_score(labels, probabilities):.3f})")
-    axes.plot([0, 1], [0, 1], linestyle=":", color="grey")
-    axes.set(xlabel="false positive rate", ylabel="true positive rate", title="ROC, test split")
-    axes.legend(loc="lower right")
-    return _save(figure, path)
-
-
-def plot_calibration(
-    labels: np.ndarray, curves: Mapping[str, np.ndarray], path: Path, title: str = ""
-) -> Path:
-    """Reliability: mean label against mean probability per bin (the bins of the ECE)."""
-    figure, axes = plt.subplots(figsize=(5.5, 5))
-    edges = np.linspace(0, 1, CALIBRATION_BINS + 1)
-    for name, probabilities in curves.items():
-        bin_index = np.digitize(probabilities, edges[1:-1])
-        points = [
-            (probabilities[bin_index == b].mean(), labels[bin_index == b].mean())
-            for b in range(CALIBRATION_BINS)
-            if (bin_index == b).any()
-        ]
-        x, y = zip(*points, strict=True)
-        ece = expected_calibration_error(labels, probabilities)
-        axes.plot(x, y, marker="o", label=f"{name} (ECE {ece:.3f})")
-    axes.plot([0, 1], [0, 1], linestyle=":", color="grey")
-    axes.set(xlabel="mean predicted probability", ylabel="observed summit rate")
-    axes.set_title(f"calibration, test split{f', {title}' if title else ''}")
-    axes.legend(loc="upper left")
-    return _save(figure, path)
-
-
-def plot_learning_curve(history: Sequence[EpochRecord], path: Path) -> Path:
-    """Train and validation loss, and validation AUC, per epoch."""
-    figure, (loss_axes, auc_axes) = plt.subplots(1, 2, figsize=(10, 4))
-    epochs = [record.epoch for record in history]
-    loss_axes.plot(epochs, [r.train_loss for r in history], marker="o", label="train")
-    loss_axes.plot(epochs, [r.val_loss for r in history], marker="o", label="validation")
-    loss_axes.set(xlabel="epoch", ylabel="BCE loss", title="loss")
-    loss_axes.legend()
-    auc_axes.plot(epochs, [r.val_auc for r in history], marker="o", color="tab:green")
-    auc_axes.set(xlabel="epoch", ylabel="AUC", title="validation AUC")
-    return _save(figure, path)
-
-
-def _save(figure: plt.Figure, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.tight_layout()
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
-    return path
+def _log_plots(
+    directory: Path,
+    arrays: dict[str, FeatureArrays],
+    models: list[ModelPredictions],
+    calibrated: dict[str, np.ndarray],
+    first: TrainResult,
+) -> None:
+    """ROC, reliability before and after calibration, and the first seed's learning
+    curve."""
+    labels = arrays["test"].label
+    log_plots(
+        directory,
+        [
+            plot_roc(labels, calibrated, directory / "roc.png"),
+            plot_calibration(
+                labels,
+                {m.name: m.test for m in models},
+                directory / "calibration_before.png",
+                "before calibration",
+            ),
+            plot_calibration(
+                labels, calibrated, directory / "calibration.png", "after calibration"
+            ),
+        ],
+        first.history,
+    )

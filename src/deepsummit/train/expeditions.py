@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from deepsummit.core.planned import SEASONS
+from deepsummit.core.seasons import POSITION
 from deepsummit.train.bootstrap import Interval, interval, replicate_weights, weighted_auc
 from deepsummit.train.comparison import difference_metrics, difference_name, slug
 
@@ -134,9 +134,7 @@ def by_expedition(rows: pl.DataFrame, models: tuple[str, ...]) -> pl.DataFrame:
         )
         .with_columns(
             success=pl.col("summiters") > 0,
-            order=pl.col("season").replace_strict(
-                {name: i for i, name in enumerate(SEASONS)}, return_dtype=pl.Int8
-            ),
+            order=pl.col("season").replace_strict(POSITION, return_dtype=pl.Int8),
         )
         .sort("year", "order", "expid")  # seasons in time order
         .drop("order")

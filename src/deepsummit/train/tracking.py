@@ -20,7 +20,7 @@ from deepsummit.contracts.champion import registry_reachable
 from deepsummit.core.config import PROJECT_ROOT, MlflowConfig, TrainConfig
 from deepsummit.core.errors import ServiceUnavailable
 from deepsummit.model.config import ModelConfig
-from deepsummit.train.evaluation import plot_learning_curve
+from deepsummit.train.plots import plot_learning_curve
 from deepsummit.train.trainer import EpochRecord
 
 logger = logging.getLogger(__name__)
