@@ -2,21 +2,23 @@
 of on one split.
 
 Each candidate is the profile plus dotted overrides (None unsets a value). All run the same
-rolling-origin folds on one snapshot (deepsummit/backtest/run.py; each candidate's folds are
-cached under its own key, so a candidate already run costs nothing, and the baselines' fold
-scores are shared), and each is paired with the first candidate (the reference: the profile as it
-ships) on identical held-out rows:
+rolling-origin folds on one snapshot, each answering its test year as the registered model
+answers (deepsummit/backtest/run.py; each candidate's folds are cached under its own key, so a
+candidate already run costs nothing, and the baselines' fold scores are shared), and each is
+paired with the first candidate (the reference: the profile as it ships) on identical held-out
+rows:
 
 - the member seasons (the members file, to Spring 2019): mean within-season AUC over the
-  ordinary seasons, one expedition bootstrap for every candidate;
+  ordinary seasons, and the group error (member-weighted mean |mean P − observed| over the
+  member groups of at least 50 members: deepsummit/train/member_groups.py), one expedition
+  bootstrap for every candidate;
 - the expedition-record seasons (Autumn 2019 on): mean within-season AUC of expedition success
   and the mean gap between mean P and the summit fraction (deepsummit/train/expeditions.py);
 - the push-day Spearman (a bootstrap over the same peak-seasons);
 
 and beside them the members' band, where each seed's best epoch fell, and the minutes its folds
 took when they were trained. The boosted trees of the same folds are the last rows, paired with
-the reference the same way. "before" is the profile as it was before the ensemble and the
-calendar (five trainings of one network): it costs the most, so `--only` can leave it out.
+the reference the same way.
 
     .venv/bin/python bench/backtest_profiles.py --bundle /tmp/deepsummit-bundle --first 2016
 """
@@ -33,34 +35,32 @@ import numpy as np
 import polars as pl
 from _bundle import DEFAULT_BUNDLE, backtest_settings
 
+from deepsummit.backtest.outcome import HELD_OUT_KEYS
 from deepsummit.backtest.push_days import summarise
-from deepsummit.backtest.run import HELD_OUT_KEYS, BacktestReport, missing_folds, run_backtest
+from deepsummit.backtest.run import missing_folds, run_backtest
 from deepsummit.backtest.seasons import season_table
-from deepsummit.contracts.snapshot import newest_features_dir
+from deepsummit.backtest.summary import BacktestReport
+from deepsummit.contracts.member_groups import MEMBER_COLUMNS
+from deepsummit.contracts.snapshot import newest_features_dir, read_features
 from deepsummit.core.config import BacktestConfig, Settings
 from deepsummit.train.baselines import CATBOOST, LIGHTGBM
 from deepsummit.train.bootstrap import Interval, interval, replicate_weights, weighted_ece
 from deepsummit.train.comparison import TRANSFORMER, difference_name
 from deepsummit.train.expeditions import expedition_table
+from deepsummit.train.member_groups import ALL_PEAKS, group_calibration
 
 # The extension inputs before the calendar joined them.
 WITHOUT_CALENDAR = ["agency_success_rate", "staff_per_member", "days_at_base_camp"]
-BEFORE = {  # the cpu profile before this comparison: five trainings of one network each
-    "train.seeds": 5,
-    "model.ensemble_size": 1,
-    "train.keep": "best",
-    "train.patience": 2,
-    "train.ema_decay": None,
-    "features.extra_inputs": WITHOUT_CALENDAR,
-}
 BASE_ON_GPU = "the spec's base (H=256, 6 layers): 1 training of 4 members, on a GPU"
 CANDIDATES: dict[str, dict[str, Any]] = {
-    "the profile: 1 training of 4 members, calendar": {},
-    "refit on the validation years too": {"backtest.refit": True},
-    "before: 5 seeds of 1 network, no calendar": BEFORE,
+    "the profile": {},
+    "linear numeric tokens (the spec's)": {"model.numeric_embedding": "linear"},
+    "piecewise-linear numeric tokens": {"model.numeric_embedding": "piecewise"},
+    "no map": {"train.calibration": "none"},
+    "six epochs": {"train.max_epochs": 6},
+    "hidden size 64": {"model.hidden_size": 64},
     "no calendar": {"features.extra_inputs": WITHOUT_CALENDAR},
     "recency weights, half-life 5 years": {"train.recency_half_life": 5.0},
-    "piecewise-linear numeric embeddings": {"model.numeric_embedding": "piecewise"},
     # The spec's size with what the cpu profile adopted (one training of 4 members): its folds
     # train on a GPU machine (bench/gpu.py --prepare-folds, then its GPU half, then
     # --judge-folds), never here, where one epoch of it takes minutes.
@@ -144,10 +144,12 @@ def compare(
             )
         reports[name] = run_backtest(settings, snapshot)
         print(f"{name}: done", flush=True)
-    print(table(reports, settings.backtest))
+    print(table(reports, settings.backtest, read_features(snapshot)))
 
 
-def table(reports: dict[str, BacktestReport], config: BacktestConfig) -> str:
+def table(
+    reports: dict[str, BacktestReport], config: BacktestConfig, features: pl.DataFrame
+) -> str:
     names = tuple(reports)
     first = names[0]
     trees = (LIGHTGBM, CATBOOST)
@@ -169,16 +171,28 @@ def table(reports: dict[str, BacktestReport], config: BacktestConfig) -> str:
         config.unscored_seasons,
     )
     push_days = summarise(_paired_seasons(reports), names)
+    member_rows = held_out.filter(pl.col("record") == "member").join(
+        features.select("expid", "member_id", "year", *MEMBER_COLUMNS),
+        on=["expid", "member_id", "year"],
+    )
+    groups = group_calibration(
+        member_rows,
+        {m: member_rows[m].to_numpy() for m in models},
+        ALL_PEAKS,
+        config.min_group_members,
+    )
     lines = [
         f"{held_out.height:,} held-out rows: {members.rows:,} of member seasons "
         f"({members.scored_seasons} scored), the rest of {expeditions.scored_seasons} scored "
         f"expedition-record seasons; {len(push_days.seasons)} push-day peak-seasons. Paired "
         f"differences are candidate − {first}.",
         "",
-        "| candidate | member seasons: within-season AUC | − first | expedition seasons: "
-        "within-season AUC | − first | mean P gap | push-day Spearman | − first | band "
-        "| held-out ECE | − first | best epoch / epochs run | fold min (when trained) |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | ---: | --- | --- | --- | ---: |",
+        "| candidate | member seasons: within-season AUC | − first | group error | − first "
+        "| expedition seasons: within-season AUC | − first | mean P gap | push-day Spearman "
+        "| − first | band | held-out ECE | − first | best epoch / epochs run "
+        "| fold min (when trained) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | ---: | --- | --- | --- "
+        "| ---: |",
     ]
     ece = _paired_ece(held_out, models, first)
     for name in models:
@@ -197,6 +211,7 @@ def table(reports: dict[str, BacktestReport], config: BacktestConfig) -> str:
         lines.append(
             f"| {name} | {members.within_ordinary[name].render()} "
             f"| {_gain(members.differences, first, name)} "
+            f"| {groups.error[name].render()} | {_gain(groups.differences, first, name)} "
             f"| {expeditions.within[name].render()} "
             f"| {_gain(expeditions.differences, first, name)} "
             f"| {expeditions.gap[name].render()} | {push[0]} | {push[1]} "

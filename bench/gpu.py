@@ -24,10 +24,12 @@ scikit-learn (its pydantic comes as wheels carried beside this script):
     .venv/bin/python bench/gpu.py --judge OUT [--cpu-predictions FILE]
 
 The backtest's folds of the base profile (bench/backtest_profiles.py's BASE_ON_GPU candidate)
-go the same way: each fold's arrays and push-day candidates prepared here, the fold trained on
-the GPU (`--epochs`: at most that many of the spec's 100-epoch schedule; early stopping at
-patience 10 usually ends it sooner), its answers (deepsummit/backtest/answers.py) scored here
-into the candidate's fold cache and paired with the cpu profile on identical held-out rows:
+go the same way: each fold's arrays and push-day candidates prepared here (its member check's
+and those of every season before its test year), the fold trained on the GPU as the backtest
+trains it (`--epochs`: at most that many of the spec's 100-epoch schedule; early stopping at
+patience 10 usually ends the check sooner, and the recipe then trains the epochs it kept), its
+answers (deepsummit/backtest/answers.py) scored here into the candidate's fold cache and paired
+with the cpu profile on identical held-out rows:
 
     .venv/bin/python bench/gpu.py --prepare-folds gpu_carry/folds --years 2018 2019
     python3 bench/gpu.py --train-folds gpu_carry/folds --out $OUT --epochs 30      # on the GPU
@@ -240,48 +242,76 @@ def prepare_folds(bundle: Path, directory: Path, years: list[int]) -> None:
     }
     (directory / "recipe.json").write_text(json.dumps(recipe, indent=1))
     for job in fold_jobs(settings, snapshot, years):
-        folder = directory / f"fold-{job.inputs.fold.name}"
+        folder = directory / f"fold-{job.fold.name}"
         folder.mkdir(exist_ok=True)
-        for part, arrays in {**job.arrays, "push_days": job.day_arrays}.items():
+        parts = {
+            "check_train": job.check.arrays["train"],
+            "check_validation": job.check.arrays["validation"],
+            "check_members": job.check.member_arrays,
+            "train": job.arrays["train"],
+            "test": job.arrays["test"],
+            "push_days": job.day_arrays,
+        }
+        for part, arrays in parts.items():
             arrays.save(folder / f"{part}.npz")
-        dimensions = job.inputs.preprocessor.model_dimensions()
+        dimensions = {
+            "check": job.check.preprocessor.model_dimensions(),
+            "served": job.preprocessor.model_dimensions(),
+        }
         (folder / "dimensions.json").write_text(json.dumps(dimensions))
-        sizes = {part: len(a) for part, a in job.arrays.items()} | {"days": len(job.day_arrays)}
-        print(f"{folder}: {job.inputs.fold.describe()}, rows {sizes}", flush=True)
+        sizes = {part: len(a) for part, a in parts.items()}
+        print(f"{folder}: {job.fold.describe()}, rows {sizes}", flush=True)
 
 
 def train_folds(directory: Path, out: Path, epochs: int) -> None:
-    """The GPU half: each prepared fold trained by the project's trainer (the recipe's seeds),
-    its answers written to OUT/fold-<year>.npz with OUT/fold-<year>.json (device, seconds,
-    each training's epochs) as soon as the fold is done."""
+    """The GPU half: each prepared fold trained by the project's trainer as the backtest trains
+    it (the member check, validated on its years, then the recipe on every season before the
+    test year for the epochs the check kept), its answers written to OUT/fold-<year>.npz with
+    OUT/fold-<year>.json (device, seconds, each check training's epochs) as soon as the fold is
+    done."""
     from deepsummit.backtest.answers import FoldAnswers
+    from deepsummit.contracts.arrays import member_logits
     from deepsummit.core.config import TrainConfig
+    from deepsummit.train.trainer import TrainingSummary
 
     recipe = json.loads((directory / "recipe.json").read_text())
     architecture = ModelConfig(**recipe["model"])
     train_config = TrainConfig(**recipe["train"]).model_copy(update={"device": DEVICE.type})
+    seeds = [train_config.seed + offset for offset in range(train_config.seeds)]
     out.mkdir(parents=True, exist_ok=True)
     for folder in sorted(directory.glob("fold-*"), reverse=True):  # the newest first
-        parts = ("train", "validation", "test", "push_days")
+        parts = ("check_train", "check_validation", "check_members", "train", "test", "push_days")
         arrays = {part: FeatureArrays.load(folder / f"{part}.npz") for part in parts}
         dimensions = json.loads((folder / "dimensions.json").read_text())
         started = time.perf_counter()
-        results = [
+        check = [
             train_model(
-                train_config.model_copy(update={"seed": train_config.seed + offset}),
-                architecture,
-                arrays["train"],
-                arrays["validation"],
-                dimensions,
-                Path(tempfile.mkdtemp()),
-                epochs=epochs,
+                train_config.model_copy(update={"seed": seed}), architecture,
+                arrays["check_train"], arrays["check_validation"], dimensions["check"],
+                Path(tempfile.mkdtemp()), epochs=epochs,
             )
-            for offset in range(train_config.seeds)
-        ]
-        for result in results:
+            for seed in seeds
+        ]  # fmt: skip
+        kept = {r.seed: r.best_epoch if train_config.keep == "best" else epochs for r in check}
+        served = [
+            train_model(
+                train_config.model_copy(update={"seed": seed}), architecture, arrays["train"],
+                None, dimensions["served"], Path(tempfile.mkdtemp()), epochs=kept[seed],
+            )
+            for seed in seeds
+        ]  # fmt: skip
+        for result in (*check, *served):
             result.model.to(DEVICE)
+        check_logits = member_logits(
+            [r.model for r in check], arrays["check_members"].model_inputs(), device=DEVICE
+        )
         answers = FoldAnswers.of(
-            results, results, arrays["validation"], arrays["test"], arrays["push_days"], DEVICE
+            check_logits,
+            [TrainingSummary.of(r) for r in check],
+            served,
+            arrays["test"],
+            arrays["push_days"],
+            DEVICE,
         )
         answers.save(out / f"{folder.name}.npz")
         report = {
@@ -299,7 +329,7 @@ def train_folds(directory: Path, out: Path, epochs: int) -> None:
                     "seconds": r.seconds,
                     "val_auc": [round(e.val_auc, 4) for e in r.history],
                 }
-                for r in results
+                for r in check
             ],
         }
         (out / f"{folder.name}.json").write_text(json.dumps(report, indent=1))
@@ -312,7 +342,9 @@ def judge_folds(bundle: Path, out: Path, years: list[int]) -> None:
     from backtest_profiles import BASE_ON_GPU, CANDIDATES, candidate_settings, compare
 
     from deepsummit.backtest.answers import FoldAnswers
-    from deepsummit.backtest.run import fold_directories, fold_jobs, fold_outcome, write_fold
+    from deepsummit.backtest.cache import fold_directories, write_fold
+    from deepsummit.backtest.outcome import fold_outcome
+    from deepsummit.backtest.run import fold_jobs
     from deepsummit.contracts.snapshot import newest_features_dir
 
     settings = candidate_settings(bundle, "cpu", BASE_ON_GPU, min(years), max(years))
@@ -320,7 +352,7 @@ def judge_folds(bundle: Path, out: Path, years: list[int]) -> None:
     directory, baselines = fold_directories(settings, snapshot)
     directory.mkdir(parents=True, exist_ok=True)
     for job in fold_jobs(settings, snapshot, years):
-        name = f"fold-{job.inputs.fold.name}"
+        name = f"fold-{job.fold.name}"
         if not (out / f"{name}.npz").exists():
             print(f"{name}: no answers from the GPU", flush=True)
             continue

@@ -3,8 +3,8 @@ mean probability of the ensemble's members (every member of every seed's network
 deepsummit/serve/scoring.py), its band their spread.
 
 Trains the profile's ensemble twice on the bundle's features snapshot, with disjoint seed sets
-(42, 43, … and 142, 143, …), each calibrated on the validation split as the train stage does,
-and prints:
+(42, 43, … and 142, 143, …), each as the train stage judges it (trained on every season before
+the test split, through the map of its own member check), and prints:
 - the mean band width (highest − lowest member's calibrated P) on the test rows, per ensemble;
 - how far the two ensembles' answers lie apart on the test rows (mean, 99th percentile, max);
 - the same on a planned attempt: a commercial Everest member with oxygen (age 40, USA, male)
@@ -26,17 +26,21 @@ import numpy as np
 import polars as pl
 from _bundle import DEFAULT_BUNDLE, bundle_features, bundle_settings
 
-from deepsummit.contracts.arrays import ensemble_logit, member_logits
+from deepsummit.contracts.arrays import ensemble_logit
 from deepsummit.contracts.artifact import ModelArtifact
-from deepsummit.contracts.calibration import Calibrator
 from deepsummit.contracts.drift import DistributionProfile
 from deepsummit.contracts.snapshot import DRIFT_PROFILE_FILE, load_history, newest_features_dir
 from deepsummit.core.planned import planned_frame, planned_record
 from deepsummit.core.warehouse import connect
 from deepsummit.serve.predict import daily_weather
 from deepsummit.serve.scoring import score
-from deepsummit.train.comparison import logit
-from deepsummit.train.recipe import Recipe, train_seeds, transformer_predictions
+from deepsummit.train.recipe import (
+    Recipe,
+    check_inputs,
+    member_check,
+    preprocessing_for,
+    refit,
+)
 from deepsummit.train.stage import TrainingData
 
 EXAMPLE = {"peak": "EVER", "age": 40, "sex": "M", "nationality": "USA", "oxygen": True,
@@ -45,31 +49,32 @@ EXAMPLE_DAYS = [dt.date(2019, 5, day) for day in range(5, 32)]
 
 
 def ensemble(settings, data: TrainingData, first_seed: int) -> tuple[ModelArtifact, np.ndarray]:
-    """The profile's seeds from `first_seed` on: the artifact (calibrated on validation) and
-    each member's calibrated P on the test rows (members × rows)."""
-    train_config = settings.train.model_copy(update={"seed": first_seed})
+    """The profile's seeds from `first_seed` on, as the train stage judges it: trained on every
+    season before the test split, through the map of its member check. The artifact and each
+    member's logit on the test rows (members × rows)."""
+    recipe = Recipe(settings.model, settings.train.model_copy(update={"seed": first_seed}))
+    before, test = data.snapshot.filter(pl.col("split") != "test"), data.split("test")
+    cutoff = int(before["year"].max())
     with tempfile.TemporaryDirectory() as checkpoints:
-        results = train_seeds(
-            Recipe(settings.model, train_config), data.arrays,
-            data.preprocessor.model_dimensions(), Path(checkpoints),
+        inputs = check_inputs(recipe, data.snapshot, data.windows, data.preprocessor, cutoff)
+        check = member_check(recipe, inputs, Path(checkpoints) / "check")
+        preprocessor = preprocessing_for(data.preprocessor, before, data.windows)
+        newest = refit(
+            recipe, before, data.windows, preprocessor, check.epochs(recipe.training),
+            Path(checkpoints) / "newest",
         )  # fmt: skip
-    mean = transformer_predictions(results, data.arrays)
-    calibrator = Calibrator.fit(
-        settings.train.calibration, logit(mean.validation), data.arrays["validation"].label
-    )
-    networks = [r.model for r in results]
-    members = calibrator.probabilities(member_logits(networks, data.arrays["test"].model_inputs()))
+    calibrator = check.calibrator(settings.train.calibration)
     artifact = ModelArtifact(
-        networks=networks,
-        seeds=[r.seed for r in results],
-        preprocessor=data.preprocessor,
+        networks=[r.model for r in newest.results],
+        seeds=[r.seed for r in newest.results],
+        preprocessor=preprocessor,
         calibrator=calibrator,
         history=load_history(data.directory),
         drift_reference=DistributionProfile.from_json(
             (data.directory / DRIFT_PROFILE_FILE).read_text()
         ),
     )
-    return artifact, members
+    return artifact, newest.logits(test, data.windows)
 
 
 def example_requests(settings, source: str) -> pl.DataFrame:
@@ -110,7 +115,7 @@ def main() -> None:
     answers, test_means = [], []
     print(
         f"profile {settings.profile}: {settings.train.seeds} seeds per ensemble, "
-        f"{settings.train.max_epochs} epochs; test rows {len(data.arrays['test']):,}\n"
+        f"{settings.train.max_epochs} epochs; test rows {data.split('test').height:,}\n"
     )
     print(
         "| ensemble | mean band on test rows | mean band, EVER 5–31 May 2019 "
@@ -118,14 +123,11 @@ def main() -> None:
     )
     print("| --- | ---: | ---: | --- |")
     for first_seed in (42, 142):
-        artifact, members = ensemble(settings, data, first_seed)
+        artifact, logits = ensemble(settings, data, first_seed)
+        members = artifact.calibrator.probabilities(logits)
         scored = score(artifact, requests)
         answers.append(scored.probability)
-        test_means.append(
-            artifact.calibrator.probabilities(
-                ensemble_logit(member_logits(artifact.networks, data.arrays["test"].model_inputs()))
-            )
-        )
+        test_means.append(artifact.calibrator.probabilities(ensemble_logit(logits)))
         print(
             f"| seeds {first_seed}… | {(members.max(0) - members.min(0)).mean():.3f} "
             f"| {(scored.high - scored.low).mean():.3f} "

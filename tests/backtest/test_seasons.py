@@ -7,7 +7,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from deepsummit.backtest.seasons import choose_calibration, season_table
+from deepsummit.backtest.seasons import season_table
 
 
 def held_out(seasons: dict[str, tuple[int, float]], seed: int = 0) -> pl.DataFrame:
@@ -80,19 +80,3 @@ def test_small_one_class_and_disaster_seasons_are_listed_with_their_note() -> No
     assert table.within["member"].estimate != pytest.approx(
         table.within_ordinary["member"].estimate
     )
-
-
-def test_calibration_is_chosen_out_of_time_and_never_worse_than_none() -> None:
-    rng = np.random.default_rng(3)
-    years = np.repeat(np.arange(2014, 2020), 2000)
-    p = rng.uniform(0.05, 0.95, len(years))
-    label = (rng.random(len(years)) < p).astype(float)
-    frame = pl.DataFrame({"year": years, "label": label, "honest": p})
-    # Overconfident: logits doubled. A map fitted on 2016–17 repairs 2018–19.
-    overconfident = frame.with_columns(honest=1 / (1 + np.exp(-2 * np.log(p / (1 - p)))))
-    choice = choose_calibration(overconfident, "honest", 2)
-    assert choice.fitted_on == (2016, 2017) and choice.judged_on == (2018, 2019)
-    assert choice.chosen != "none"
-    assert choice.ece[choice.chosen] < choice.ece["none"] / 2
-    honest = choose_calibration(frame, "honest", 2)
-    assert honest.ece[honest.chosen] <= honest.ece["none"]

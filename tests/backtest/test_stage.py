@@ -1,6 +1,7 @@
 """The backtest stage on the bundle's real features snapshot (tiny profile, two folds): every
-fold trained once and cached, a crash resumes at the next fold, a fold that cannot train is
-reported, and the report reaches disk and MLflow."""
+fold answered as the registered model answers (trained on every season before its test year,
+through the map of its member check), trained once and cached, a crash resumes at the next
+fold, a fold that cannot train is reported, and the report reaches disk and MLflow."""
 
 from __future__ import annotations
 
@@ -10,20 +11,17 @@ import pytest
 from mlflow import MlflowClient
 
 from deepsummit.backtest.answers import FoldAnswers
+from deepsummit.backtest.cache import _fold_files, fold_directories
 from deepsummit.backtest.folds import Fold
-from deepsummit.backtest.run import (
-    MODELS,
-    _fold_files,
-    fold_directories,
-    fold_jobs,
-    fold_outcome,
-    run_backtest,
-)
+from deepsummit.backtest.outcome import MODELS, fold_outcome
+from deepsummit.backtest.run import fold_jobs, run_backtest
 from deepsummit.backtest.stage import backtest
 from deepsummit.core.config import Settings, load_settings
 from deepsummit.core.context import RunContext
 from deepsummit.features.groups import MOST_CLIMBED, PEAK_GROUPS, WEATHER_PEAKS
-from deepsummit.train.recipe import Recipe, train_seeds
+from deepsummit.train.evaluation import WITHOUT_MAP
+from deepsummit.train.member_groups import ALL_PEAKS
+from deepsummit.train.recipe import Recipe, member_check, train_seeds
 
 pytest_plugins = ["features_fixtures"]
 
@@ -43,7 +41,6 @@ def setup(bundle_features, tmp_path_factory: pytest.TempPathFactory) -> tuple[Se
                 "first_test_year": 2018,
                 "last_test_year": 2019,
                 "output_dir": str(root / "backtest"),
-                "newest_folds": 1,
             },
         },
     )
@@ -56,7 +53,7 @@ def first(setup):
     return backtest(settings, RunContext(settings.paths.runs_dir / "bt"), snapshot)
 
 
-def test_every_fold_trains_and_every_held_out_row_is_scored(first, bundle_features) -> None:
+def test_every_fold_trains_and_every_held_out_row_is_scored(first, setup, bundle_features) -> None:
     _, _, features = bundle_features
     report = first.report
     assert [(o.fold.name, o.cached, o.skipped) for o in report.folds] == [
@@ -87,6 +84,18 @@ def test_every_fold_trains_and_every_held_out_row_is_scored(first, bundle_featur
         assert season.days >= 2
         assert all(-1 <= v <= 1 for v in season.spearman.values() if v == v)
     assert 0.0 <= report.seed_spread < 0.5
+    # Each fold's map was fitted on its member check: the two member years before it, answered
+    # by the recipe trained on the years before them.
+    checks = [o.summary["member_check"] for o in report.folds]
+    assert [c["years"] for c in checks] == [[2016, 2017], [2017, 2018]]
+    assert all(c["map"]["method"] == setup[0].train.calibration for c in checks)
+    # The member seasons by member group, every model and the transformer without its map.
+    groups = report.member_groups[ALL_PEAKS]
+    assert set(groups.models) == {*MODELS, WITHOUT_MAP}
+    counted = [row for row in groups.rows if row.counted]
+    assert {row.family for row in counted} >= {"age", "sex", "hired staff", "oxygen plan"}
+    assert sum(row.members for row in groups.rows if row.family == "hired staff") == held_out
+    assert len(report.member_groups) == 4  # all peaks and the three with the most members
 
 
 def test_the_report_reaches_disk_and_mlflow(first, setup) -> None:
@@ -104,6 +113,9 @@ def test_the_report_reaches_disk_and_mlflow(first, setup) -> None:
     assert "Seasons of expedition records" in text
     assert "backtest_expeditions_transformer_within_season_auc" in run.data.metrics
     assert "backtest_expeditions_catboost_mean_p_gap" in run.data.metrics
+    assert "Member seasons by member group" in text and "What the map does" in text
+    assert "backtest_member_seasons_transformer_group_error" in run.data.metrics
+    assert "backtest_lightgbm_flat" in run.data.metrics
 
 
 def test_a_rerun_trains_nothing_and_a_crash_resumes_at_the_next_fold(first, setup) -> None:
@@ -112,7 +124,7 @@ def test_a_rerun_trains_nothing_and_a_crash_resumes_at_the_next_fold(first, setu
     assert all(o.cached for o in again.folds)
     assert again.seasons.within == first.report.seasons.within
     # A run that died during the 2019 fold: its summary (written last) is missing.
-    _fold_files(first.report.directory, Fold(2019, 2))["summary"].unlink()
+    _fold_files(first.report.directory, Fold(2019))["summary"].unlink()
     resumed = run_backtest(settings, snapshot)
     assert [o.cached for o in resumed.folds] == [True, False]
 
@@ -124,15 +136,18 @@ def test_a_fold_trained_elsewhere_scores_as_the_fold_trained_here(
     and scored here, they give the held-out rows and push days the backtest's own fold has."""
     settings, snapshot = setup
     (job,) = fold_jobs(settings, snapshot, [2019])
-    trained = train_seeds(
-        Recipe.of(settings),
-        job.arrays,
-        job.inputs.preprocessor.model_dimensions(),
-        tmp_path / "checkpoints",
+    recipe = Recipe.of(settings)
+    check = member_check(recipe, job.check, tmp_path / "check")
+    served = train_seeds(
+        recipe,
+        {"train": job.arrays["train"], "validation": None},
+        job.preprocessor.model_dimensions(),
+        tmp_path / "served",
+        epochs=check.epochs(recipe.training),
     )
-    FoldAnswers.of(
-        trained, trained, job.arrays["validation"], job.arrays["test"], job.day_arrays
-    ).save(tmp_path / "fold-2019.npz")
+    FoldAnswers.of(check.logits, check.trainings, served, job.arrays["test"], job.day_arrays).save(
+        tmp_path / "fold-2019.npz"
+    )
     answers = FoldAnswers.load(tmp_path / "fold-2019.npz")
     _, baselines = fold_directories(settings, snapshot)
     outcome = fold_outcome(settings, job, answers, baselines, seconds=0.0)
@@ -165,22 +180,5 @@ def test_a_fold_that_cannot_train_is_reported_not_dropped(setup) -> None:
             )
         }
     )
-    with pytest.raises(Exception, match="1900: no train rows"):
+    with pytest.raises(Exception, match="1900: no test rows"):
         run_backtest(early, snapshot)
-
-
-def test_a_refit_backtest_answers_with_the_recipe_refit_on_the_fold_s_every_season(
-    first, setup
-) -> None:
-    """backtest.refit: the test year answered as the registered model answers, by the recipe
-    refit through the year before; judged by the same map, beside the same baselines."""
-    settings, snapshot = setup
-    candidate = settings.model_copy(
-        update={"backtest": settings.backtest.model_copy(update={"refit": True})}
-    )
-    report = run_backtest(candidate, snapshot)
-    assert (report.directory.parent / "checkpoints" / "2019" / "refit").is_dir()
-    assert report.seasons.within["LightGBM"] == first.report.seasons.within["LightGBM"]
-    judged, refit = (r.held_out.sort("expid", "member_id", "year") for r in (first.report, report))
-    assert judged["label"].equals(refit["label"])
-    assert not judged["transformer"].equals(refit["transformer"])

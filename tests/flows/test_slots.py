@@ -20,7 +20,7 @@ from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 from prefect.testing.utilities import prefect_test_harness
 
-from deepsummit.core.config import MlflowConfig
+from deepsummit.core.config import BacktestConfig, MlflowConfig
 from deepsummit.core.context import REGISTRY
 from deepsummit.core.inputs import Known
 from deepsummit.flows.runner import slot
@@ -102,7 +102,14 @@ def _candidate(version: str, probability: np.ndarray, labels: np.ndarray) -> Can
         }
     )
     predictions = keys.with_columns(label=pl.Series(labels), probability=pl.Series(probability))
-    return Candidate(version, "same split", "archive", Known.AT_PUSH, predictions, keys)
+    # The same answers on the member check for both: the gate's member groups say nothing.
+    members = predictions.with_columns(
+        peakid=pl.lit("EVER"), age=40.0, sex=1, is_hired=0, oxygen_planned=1,
+        role=pl.lit("Climber"), nationality=pl.lit("USA"), probability=pl.lit(labels.mean()),
+    )  # fmt: skip
+    return Candidate(
+        version, "same split", "archive", Known.AT_PUSH, predictions, members, "2019 Spring"
+    )
 
 
 def test_two_gates_at_once_leave_one_champion_the_better(
@@ -135,7 +142,8 @@ def test_two_gates_at_once_leave_one_champion_the_better(
     @flow
     def run_gate(candidate: Candidate) -> bool:
         with slot(REGISTRY):
-            return gate(MlflowClient(config.tracking_uri), config, candidate).promoted
+            client = MlflowClient(config.tracking_uri)
+            return gate(client, config, BacktestConfig(), candidate).promoted
 
     mlflow.set_tracking_uri(config.tracking_uri)
     _concurrently(

@@ -19,6 +19,8 @@ from training_fixtures import (
     trained_registry_fixture,  # noqa: F401 (the fixture)
 )
 
+from deepsummit.contracts.artifact import ModelArtifact
+from deepsummit.contracts.member_groups import AGE_BAND_STARTS
 from deepsummit.contracts.snapshot import PLANNED_TEST_FILE
 from deepsummit.contracts.tensors import load_tensors
 from deepsummit.core.errors import PipelineError
@@ -121,6 +123,41 @@ def test_a_planned_attempt_gets_a_probability_its_band_and_named_tokens(predict_
     assert prediction.model_version == "1" and prediction.weather_source == "archive"
     text = prediction.render()
     assert "P(summit)" in text and "band" in text and "ensemble members" in text
+
+
+def test_predict_shows_what_the_member_changes_and_where_the_model_is_least_sure(
+    predict_settings, trained_registry
+) -> None:
+    """Beside the answer: the same attempt asked at the start of every age band and as the
+    other sex, each the model's own answer to that request; and the member's groups where the
+    held-out member check found the model furthest from the summit rate."""
+    prediction = predict_attempt(predict_settings, everest(age=63))
+    assert list(prediction.by_member) == [*(f"age {age}" for age in AGE_BAND_STARTS), "as F"]
+    # The same numbers as asking for them one by one (asked in one batch, to the last bits).
+    at_sixty = predict_attempt(predict_settings, everest(age=60)).probability
+    assert prediction.by_member["age 60"] == pytest.approx(at_sixty, abs=1e-6)
+    assert prediction.by_member["as F"] == pytest.approx(
+        predict_attempt(predict_settings, everest(age=63, sex="F")).probability, abs=1e-6
+    )
+    groups = {(g["family"], g["group"]) for g in prediction.least_sure}
+    assert 1 <= len(groups) <= 2
+    stored = ModelArtifact.load(trained_registry.model_dir).member_groups
+    mine = {
+        ("age", "60 and over"), ("sex", "M"), ("hired staff", "not hired"),
+        ("oxygen plan", "oxygen planned"), ("role", "climber"), ("nationality", "other"),
+    }  # fmt: skip
+    counted = {
+        (r["family"], r["group"]): abs(r["gap"]["transformer"]["estimate"])
+        for r in stored["rows"]
+        if r["counted"]
+    }
+    largest = max((counted[g], g) for g in mine if g in counted)[1]
+    assert largest in groups
+    text = prediction.render()
+    assert "age 20" in text and "least sure" in text
+    document = prediction.as_dict()
+    assert document["by_member"] == prediction.by_member
+    assert document["least_sure"] == prediction.least_sure
 
 
 def test_predict_is_the_registered_model_s_own_answer(predict_settings, trained_registry):

@@ -1,6 +1,6 @@
 """MLflow logging of a training run, the refit it registers, the champion gate (recipes compared
-beyond noise only, on the rows both held out, never a model reading post-climb inputs), and the
-digest check before a version loads."""
+beyond noise only, on the rows both held out, by AUC and by member group, never a model reading
+post-climb inputs), and the digest check before a version loads."""
 
 from __future__ import annotations
 
@@ -32,8 +32,9 @@ from deepsummit.contracts.snapshot import PLANNED_TEST_FILE
 from deepsummit.core.inputs import Known
 from deepsummit.core.planned import KEY_COLUMNS
 from deepsummit.train.parallel import refit_beside
-from deepsummit.train.recipe import Recipe, refit
+from deepsummit.train.recipe import Recipe, preprocessing_for, refit
 from deepsummit.train.registry import (
+    MEMBER_PREDICTIONS_ARTIFACT,
     PREDICTIONS_ARTIFACT,
     Candidate,
     decide,
@@ -51,33 +52,47 @@ def champion_version(settings) -> str:
     return str(client.get_model_version_by_alias(name, alias).version)
 
 
-def candidate_of(registry: TrainedRegistry, version: str, probability: np.ndarray) -> Candidate:
+def candidate_of(
+    registry: TrainedRegistry,
+    version: str,
+    probability: np.ndarray,
+    member_probability: np.ndarray | None = None,
+) -> Candidate:
     """A registered version's facts for the gate, its evaluation scored `probability` on the
-    held-out test rows."""
+    held-out test rows and `member_probability` on the member check's (default: the
+    champion's answers there)."""
     keys = pl.read_parquet(registry.snapshot / PLANNED_TEST_FILE).select(KEY_COLUMNS)
     labels = pl.read_parquet(registry.snapshot / "features.parquet").select(*KEY_COLUMNS, "label")
     predictions = keys.join(labels, on=list(KEY_COLUMNS), maintain_order="left").with_columns(
         probability=pl.Series(probability)
     )
+    members = champion_answers(registry, MEMBER_PREDICTIONS_ARTIFACT)
+    if member_probability is not None:
+        members = members.with_columns(probability=pl.Series(member_probability))
     return Candidate(
         version=version,
         test_digest=registry.report.test_digest,
         weather_source=registry.report.weather_source,
         inputs_known_by=Known.AT_PUSH,
         predictions=predictions,
+        member_predictions=members,
         trained_through=registry.report.trained_through,
     )
 
 
-def champion_predictions(registry: TrainedRegistry) -> np.ndarray:
-    """The champion's evaluation's calibrated probabilities on the held-out test rows, as its
-    run keeps them (planned_test order)."""
+def champion_answers(registry: TrainedRegistry, artifact: str) -> pl.DataFrame:
+    """The champion's evaluation's answers on held-out rows, as its run keeps them."""
     stored = mlflow.artifacts.download_artifacts(
         run_id=registry.report.mlflow_run_id,
-        artifact_path=PREDICTIONS_ARTIFACT,
+        artifact_path=artifact,
         tracking_uri=registry.settings.mlflow.tracking_uri,
     )
-    return pl.read_parquet(stored)["probability"].to_numpy()
+    return pl.read_parquet(stored)
+
+
+def champion_predictions(registry: TrainedRegistry) -> np.ndarray:
+    """The champion's answers on the held-out test rows (planned_test order)."""
+    return champion_answers(registry, PREDICTIONS_ARTIFACT)["probability"].to_numpy()
 
 
 def register_constant(registry: TrainedRegistry, settings, tmp_path: Path) -> str:
@@ -118,18 +133,26 @@ def test_a_training_run_logs_params_metrics_intervals_dataset_plots_and_a_first_
     assert "auc_difference_lightgbm_ci_low" in run.data.metrics
     seeds = (settings.train.seed, settings.train.seed + 1, settings.train.seed + 2)
     for seed in seeds:
-        epochs = client.get_metric_history(run.info.run_id, f"seed_{seed}_val_auc")
-        assert [m.step for m in epochs] == [1, 2, 3]
-        # The refit: the epochs the evaluation kept, nothing held out to judge them by.
-        refit = client.get_metric_history(run.info.run_id, f"refit_seed_{seed}_train_loss")
-        best = int(run.data.metrics[f"seed_{seed}_best_epoch"])
-        assert [m.step for m in refit] == list(range(1, best + 1))
+        # The member check is validated on its years; early stopping may end it sooner.
+        judged = client.get_metric_history(run.info.run_id, f"member_check_seed_{seed}_val_auc")
+        assert [m.step for m in judged] == list(range(1, len(judged) + 1)) and judged
+        # The other two trainings run the epochs the check kept, nothing held out to judge by.
+        best = int(run.data.metrics[f"member_check_seed_{seed}_best_epoch"])
+        for prefix in ("", "refit_"):
+            trained = client.get_metric_history(run.info.run_id, f"{prefix}seed_{seed}_train_loss")
+            assert [m.step for m in trained] == list(range(1, best + 1))
     assert report.seeds == seeds
+    low, value, high = (
+        run.data.metrics[f"member_check_transformer_group_error{end}"]
+        for end in ("_ci_low", "", "_ci_high")
+    )
+    assert 0 <= low <= value <= high
+    assert run.data.metrics["member_check_rows"] == report.rows["member check"] > 0
     # The registered model learnt every season through the newest; the run says which.
     assert report.trained_through == run.data.params["trained_through"] == "2025 Summer"
     assert 0.0 <= run.data.metrics["transformer_test_seed_spread"] < 1.0
     # The test split's expedition records are judged by expedition, every model on their rows.
-    table = report.expeditions
+    table = report.evaluation.expeditions
     assert table is not None and set(table.models) == set(report.comparison.calibrators)
     assert {season.season[:4] for season in table.seasons} == {"2023", "2024", "2025"}
     assert table.scored_seasons >= 1
@@ -139,7 +162,8 @@ def test_a_training_run_logs_params_metrics_intervals_dataset_plots_and_a_first_
     )
     assert low <= value <= high
     evaluation = {a.path for a in client.list_artifacts(run.info.run_id, "evaluation")}
-    assert "evaluation/expeditions.md" in evaluation
+    assert {"evaluation/expeditions.md", "evaluation/member_groups.md"} <= evaluation
+    assert {PREDICTIONS_ARTIFACT, MEMBER_PREDICTIONS_ARTIFACT} <= evaluation
     assert run.data.tags["prefect.flow_run_id"] == "flow-run-123"
     assert run.data.tags["inputs_known_by"] == Known.AT_PUSH.value
     (dataset_input,) = run.inputs.dataset_inputs
@@ -158,7 +182,10 @@ def test_a_training_run_logs_params_metrics_intervals_dataset_plots_and_a_first_
     assert version.tags[TAG_KNOWN_BY] == Known.AT_PUSH.value
     assert "first model" in version.description
     table = report.render()
-    for name in ("transformer", "LightGBM", "CatBoost", "v1 (champion)", "through 2025 Summer"):
+    for name in (
+        "transformer", "LightGBM", "CatBoost", "v1 (champion)", "through 2025 Summer",
+        "group error", "60 and over",
+    ):  # fmt: skip
         assert name in table
     assert version.tags[TAG_TRAINED_THROUGH] == "2025 Summer"
 
@@ -173,7 +200,10 @@ def test_the_registered_model_is_the_refit_and_serves_what_its_networks_say(
     settings = trained_registry.settings
     artifact = ModelArtifact.load(trained_registry.model_dir)
     assert artifact.metadata["trained_through"] == "2025 Summer"
-    assert artifact.preprocessor.extra["trained_on"] == "every season"
+    assert artifact.preprocessor.extra["trained_on"] == "every season through 2025 Summer"
+    # The map was fitted on the member check, and the artifact keeps how it judged each group.
+    assert artifact.calibrator.method == trained_registry.settings.train.calibration
+    assert artifact.member_groups is not None and artifact.member_groups["rows"]
     features = pl.read_parquet(trained_registry.snapshot / "features.parquet")
     test = features.filter(pl.col("split") == "test")
     windows = pl.read_parquet(trained_registry.snapshot / "windows.parquet")
@@ -214,7 +244,8 @@ def test_a_refit_beside_the_evaluation_is_the_refit_after_it(
     data = TrainingData.read(trained_registry.snapshot)
     recipe = Recipe.of(settings)
     after = refit(
-        recipe, data.snapshot, data.windows, data.preprocessor,
+        recipe, data.snapshot, data.windows,
+        preprocessing_for(data.preprocessor, data.snapshot, data.windows),
         {settings.train.seed: settings.train.max_epochs}, tmp_path / "after",
     )  # fmt: skip
     with refit_beside(recipe, trained_registry.snapshot, tmp_path / "beside", 1) as pending:
@@ -234,14 +265,18 @@ def test_the_gate_refuses_a_challenger_whose_advantage_is_within_noise(
     client = MlflowClient(settings.mlflow.tracking_uri)
     champion = champion_predictions(trained_registry)
     # Retrained on unchanged data: the same predictions never move the alias.
-    same = decide(client, settings.mlflow, candidate_of(trained_registry, "99", champion))
+    same = decide(
+        client, settings.mlflow, settings.backtest, candidate_of(trained_registry, "99", champion)
+    )
     assert not same.promoted
     assert (same.difference.estimate, same.difference.low, same.difference.high) == (0, 0, 0)
     # A challenger that differs by noise (small beside the spread of the champion's answers):
     # its interval spans 0, so no.
     rng = np.random.default_rng(0)
     noisy = np.clip(champion + rng.normal(0, 0.05 * champion.std(), champion.size), 0, 1)
-    decision = decide(client, settings.mlflow, candidate_of(trained_registry, "99", noisy))
+    decision = decide(
+        client, settings.mlflow, settings.backtest, candidate_of(trained_registry, "99", noisy)
+    )
     assert decision.difference.low < 0 < decision.difference.high
     assert not decision.promoted
     assert "does not beat it beyond noise" in decision.reason
@@ -254,7 +289,9 @@ def test_a_worse_model_stays_a_challenger_and_a_better_one_becomes_champion(
     client = MlflowClient(settings.mlflow.tracking_uri)
     constant = register_constant(trained_registry, settings, tmp_path)
     flat = np.full(len(champion_predictions(trained_registry)), 0.5)
-    first = gate(client, settings.mlflow, candidate_of(trained_registry, constant, flat))
+    first = gate(
+        client, settings.mlflow, settings.backtest, candidate_of(trained_registry, constant, flat)
+    )
     assert first.promoted and "no champion yet" in first.reason  # an empty store
 
     # The gate reads a version's test predictions: a second version whose predictions follow
@@ -263,16 +300,51 @@ def test_a_worse_model_stays_a_challenger_and_a_better_one_becomes_champion(
     labels = candidate_of(trained_registry, better, flat).predictions["label"].to_numpy()
     noise = np.random.default_rng(1).normal(0, 0.3, flat.size)
     ranked = np.clip(0.5 + 0.2 * (labels - 0.5) + noise, 0, 1)
-    decision = gate(client, settings.mlflow, candidate_of(trained_registry, better, ranked))
+    decision = gate(
+        client, settings.mlflow, settings.backtest, candidate_of(trained_registry, better, ranked)
+    )
     assert decision.promoted and decision.difference.low > 0
     assert champion_version(settings) == better
     tags = client.get_model_version(settings.mlflow.registered_model, better).tags
     assert float(tags["auc_difference_ci_low"]) == pytest.approx(decision.difference.low)
     assert tags["compared_with"] == constant
 
-    worse = gate(client, settings.mlflow, candidate_of(trained_registry, constant, flat))
+    worse = gate(
+        client, settings.mlflow, settings.backtest, candidate_of(trained_registry, constant, flat)
+    )
     assert not worse.promoted and worse.difference.high < 0
     assert champion_version(settings) == better
+
+
+def test_a_challenger_worse_by_member_group_beyond_noise_is_refused(
+    trained_registry: TrainedRegistry, tmp_path: Path
+) -> None:
+    """Ahead on the test split's AUC beyond noise, but saying on the member check that almost
+    nobody summits: the gate refuses it and says why; the tags keep both differences."""
+    settings = registry_settings(tmp_path / "store", trained_registry.settings)
+    client = MlflowClient(settings.mlflow.tracking_uri)
+    flat = np.full(len(champion_predictions(trained_registry)), 0.5)
+    first = register_constant(trained_registry, settings, tmp_path)
+    gate(client, settings.mlflow, settings.backtest, candidate_of(trained_registry, first, flat))
+    challenger = register_constant(trained_registry, settings, tmp_path / "again")
+    labels = candidate_of(trained_registry, challenger, flat).predictions["label"].to_numpy()
+    ranked = np.clip(
+        0.5 + 0.2 * (labels - 0.5) + np.random.default_rng(1).normal(0, 0.3, flat.size), 0, 1
+    )
+    hopeless = np.full(champion_answers(trained_registry, MEMBER_PREDICTIONS_ARTIFACT).height, 0.02)
+    decision = gate(
+        client,
+        settings.mlflow,
+        settings.backtest,
+        candidate_of(trained_registry, challenger, ranked, hopeless),
+    )
+    assert decision.difference.low > 0 and decision.group_difference.low > 0
+    assert not decision.promoted and "worse calibrated by member group" in decision.reason
+    assert champion_version(settings) == first
+    tags = client.get_model_version(settings.mlflow.registered_model, challenger).tags
+    assert float(tags["group_error_difference_ci_low"]) == pytest.approx(
+        decision.group_difference.low
+    )
 
 
 def test_a_changed_test_split_compares_the_rows_both_held_out(
@@ -287,13 +359,17 @@ def test_a_changed_test_split_compares_the_rows_both_held_out(
         candidate_of(trained_registry, "99", champion), test_digest="another split"
     )
     newest = moved.predictions.filter(pl.col("year") >= 2024)  # the older season is gone
-    decision = decide(client, settings.mlflow, dataclasses.replace(moved, predictions=newest))
+    decision = decide(
+        client, settings.mlflow, settings.backtest, dataclasses.replace(moved, predictions=newest)
+    )
     assert "on the test rows both held out" in decision.reason
     assert f"over {newest.height:,} rows" in decision.reason
     assert decision.difference.estimate == pytest.approx(0.0, abs=1e-9)
 
     unseen = newest.with_columns(year=pl.col("year") + 1)  # rows the champion never scored
-    apart = decide(client, settings.mlflow, dataclasses.replace(moved, predictions=unseen))
+    apart = decide(
+        client, settings.mlflow, settings.backtest, dataclasses.replace(moved, predictions=unseen)
+    )
     assert not apart.promoted and "shares 0 held-out rows" in apart.reason
 
 
@@ -304,10 +380,12 @@ def test_a_champion_never_refit_on_its_newest_seasons_is_replaced(
     client = MlflowClient(settings.mlflow.tracking_uri)
     old = register_constant(trained_registry, settings, tmp_path)
     flat = np.full(len(champion_predictions(trained_registry)), 0.5)
-    gate(client, settings.mlflow, candidate_of(trained_registry, old, flat))
+    gate(client, settings.mlflow, settings.backtest, candidate_of(trained_registry, old, flat))
     client.delete_model_version_tag(settings.mlflow.registered_model, old, TAG_TRAINED_THROUGH)
     new = register_constant(trained_registry, settings, tmp_path / "new")
-    decision = gate(client, settings.mlflow, candidate_of(trained_registry, new, flat))
+    decision = gate(
+        client, settings.mlflow, settings.backtest, candidate_of(trained_registry, new, flat)
+    )
     assert decision.promoted and "never refit on its newest seasons" in decision.reason
     assert champion_version(settings) == new
 
@@ -321,7 +399,7 @@ def test_inputs_known_after_the_climb_never_make_a_champion(
         candidate_of(trained_registry, "99", champion_predictions(trained_registry)),
         inputs_known_by=Known.AFTER_CLIMB,
     )
-    decision = decide(client, settings.mlflow, candidate)
+    decision = decide(client, settings.mlflow, settings.backtest, candidate)
     assert not decision.promoted and "known only after the climb" in decision.reason
 
 
@@ -333,7 +411,9 @@ def test_a_champion_on_another_weather_source_is_not_compared(
         candidate_of(trained_registry, "99", champion_predictions(trained_registry)),
         weather_source="open-meteo",
     )
-    decision = decide(MlflowClient(settings.mlflow.tracking_uri), settings.mlflow, candidate)
+    decision = decide(
+        MlflowClient(settings.mlflow.tracking_uri), settings.mlflow, settings.backtest, candidate
+    )
     assert not decision.promoted
     assert "weather source 'archive'" in decision.reason
 

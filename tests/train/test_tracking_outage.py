@@ -68,7 +68,7 @@ def test_a_server_lost_mid_training_fails_in_one_line_and_the_rerun_resumes(
     assert "\n" not in message
     assert message.startswith(
         f"MLflow tracking server {settings.mlflow.tracking_uri} did not answer for 3 s "
-        "(seed 42, epoch 2)"
+        "(member check seed 42, epoch 2)"
     )
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert any(
@@ -81,5 +81,5 @@ def test_a_server_lost_mid_training_fails_in_one_line_and_the_rerun_resumes(
     caplog.clear()
     start_mlflow(settings)
     report = train_and_register(settings, RunContext(tmp_path / "rerun"), snapshot)
-    assert report.epochs_run == (3,)
+    assert report.epochs == (3,)
     assert any("resuming from" in r.getMessage() for r in caplog.records)

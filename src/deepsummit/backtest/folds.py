@@ -1,9 +1,13 @@
-"""Rolling-origin folds over the features snapshot, and each fold's model inputs.
+"""Rolling-origin folds over the features snapshot, each answered as the registered model
+answers: by the recipe trained on every season before the fold's test year.
 
-Every fold refits the preprocessing on its own training years (vocabularies and
-normalisation), as the features stage does for the single split, so nothing of a fold's
-validation or test years reaches its model. The tabular features themselves are leak-free per
-attempt (deepsummit/features/tabular.py): each is computed from the seasons before it.
+A fold's job holds everything its trainings read and its answers are asked on: the rows before
+the test year (through preprocessing learnt from them alone: vocabularies and normalisation),
+the test year's rows and push-day candidates, and the member check the map is fitted on
+(deepsummit/train/recipe.py: the newest years of members' own records before the test year,
+answered by the recipe trained on the years before them). The tabular features themselves are
+leak-free per attempt (deepsummit/features/tabular.py): each is computed from the seasons before
+it.
 """
 
 from __future__ import annotations
@@ -15,70 +19,87 @@ import polars as pl
 from deepsummit.contracts.arrays import FeatureArrays
 from deepsummit.contracts.preprocessing import Preprocessor
 from deepsummit.core.config import BacktestConfig
-from deepsummit.core.inputs import InputSet
-
-PARTS = ("train", "validation", "test")
+from deepsummit.train.recipe import (
+    CheckInputs,
+    Recipe,
+    check_inputs,
+    member_years,
+    preprocessing_for,
+    with_recency,
+)
 
 
 @dataclass(frozen=True)
 class Fold:
     test_year: int
-    validation_years: int
-
-    @property
-    def train_until(self) -> int:
-        return self.test_year - self.validation_years - 1
 
     @property
     def name(self) -> str:
         return f"{self.test_year}"
 
-    def part(self, year: pl.Expr) -> pl.Expr:
-        """Each row's part of this fold by its year (null: not in the fold)."""
-        return (
-            pl.when(year <= self.train_until)
-            .then(pl.lit("train"))
-            .when(year < self.test_year)
-            .then(pl.lit("validation"))
-            .when(year == self.test_year)
-            .then(pl.lit("test"))
-        )
-
     def describe(self) -> str:
-        return (
-            f"train ≤ {self.train_until}, validation {self.train_until + 1}–"
-            f"{self.test_year - 1}, test {self.test_year}"
-        )
+        return f"trained on every season before {self.test_year}, tested on {self.test_year}"
 
 
 def rolling_folds(config: BacktestConfig, last_test_year: int) -> list[Fold]:
     """One fold per test year from `config.first_test_year` to `last_test_year`."""
-    return [
-        Fold(year, config.validation_years)
-        for year in range(config.first_test_year, last_test_year + 1)
-    ]
+    return [Fold(year) for year in range(config.first_test_year, last_test_year + 1)]
 
 
 @dataclass(frozen=True)
-class FoldInputs:
+class FoldJob:
+    """What a fold trains on and answers (see the module docstring)."""
+
     fold: Fold
-    preprocessor: Preprocessor
-    rows: dict[str, pl.DataFrame]  # the snapshot's rows of each part
-    arrays: dict[str, FeatureArrays]
+    before: pl.DataFrame  # every row before the test year
+    test_rows: pl.DataFrame  # the test year's rows
+    preprocessor: Preprocessor  # learnt from `before`
+    arrays: dict[str, FeatureArrays]  # "train" (`before`, recency-weighted), "test"
+    day_rows: pl.DataFrame  # the test year's push-day candidates (one per member and day)
+    day_arrays: FeatureArrays
+    check: CheckInputs
 
 
-def fold_inputs(
+def cannot_train(fold: Fold, features: pl.DataFrame, recipe: Recipe) -> str | None:
+    """Why the fold cannot be trained and scored, or None."""
+    before = features.filter(pl.col("year") < fold.test_year)
+    if not features.filter(pl.col("year") == fold.test_year).height:
+        return "no test rows"
+    if before["label"].n_unique() < 2:
+        return "the rows before it have fewer than two outcomes"
+    years = member_years(features, fold.test_year - 1, recipe.training.member_check_years)
+    judged = before.filter(pl.col("year").is_in(years) & (pl.col("record") == "member"))
+    trained = before.filter(pl.col("year") < min(years, default=fold.test_year))
+    if judged["label"].n_unique() < 2 or trained["label"].n_unique() < 2:
+        return "no member check before it (members' own records, and the years before them)"
+    return None
+
+
+def fold_job(
     fold: Fold,
+    recipe: Recipe,
     features: pl.DataFrame,
     windows: pl.DataFrame,
     template: Preprocessor,
-    inputs: InputSet,
-) -> FoldInputs:
-    """The fold's rows and arrays of `inputs` (every declared input is a column of the
-    snapshot), the preprocessing refitted on its training years with the snapshot's settings
-    (`template`: weather source, category threshold)."""
-    parts = features.with_columns(fold_part=fold.part(pl.col("year")))
-    rows = {name: parts.filter(pl.col("fold_part") == name).drop("fold_part") for name in PARTS}
-    preprocessor = template.refit(rows["train"], windows, inputs, fold=fold.describe())
-    arrays = {name: preprocessor.transform(frame, windows) for name, frame in rows.items()}
-    return FoldInputs(fold, preprocessor, rows, arrays)
+    day_rows: pl.DataFrame,
+    day_windows: pl.DataFrame,
+) -> FoldJob:
+    """The fold's rows and arrays (`template`: the snapshot's preprocessing, whose settings and
+    input set every fold's own preprocessing keeps)."""
+    before = features.filter(pl.col("year") < fold.test_year)
+    test_rows = features.filter(pl.col("year") == fold.test_year)
+    preprocessor = preprocessing_for(template, before, windows)
+    train = preprocessor.transform(before, windows)
+    return FoldJob(
+        fold,
+        before,
+        test_rows,
+        preprocessor,
+        {
+            "train": with_recency(train, before["year"].to_numpy(), recipe.training),
+            "test": preprocessor.transform(test_rows, windows),
+        },
+        day_rows,
+        preprocessor.transform(day_rows, day_windows),
+        check_inputs(recipe, features, windows, template, fold.test_year - 1),
+    )

@@ -13,9 +13,13 @@ import mlflow
 import numpy as np
 import polars as pl
 
+from deepsummit.backtest.outcome import MODELS, FoldOutcome
 from deepsummit.backtest.push_days import PEAK_SEASON
-from deepsummit.backtest.run import MODELS, PUSH_DAY_MODELS, BacktestReport, FoldOutcome
+from deepsummit.backtest.summary import JUDGED, PUSH_DAY_MODELS, BacktestReport
 from deepsummit.core.config import Settings
+from deepsummit.train.comparison import TRANSFORMER
+from deepsummit.train.evaluation import WITHOUT_MAP
+from deepsummit.train.member_groups import ALL_PEAKS
 
 BACKTEST_RUN = "backtest"
 SEASONS_CHART = "seasons.png"
@@ -28,9 +32,12 @@ def markdown(report: BacktestReport) -> str:
     lines = [
         "### Season by season (held out, rolling origin)",
         "",
-        "Each fold trains on the years before its test year minus two, validates on those two "
-        "and tests on one year; 95% intervals from an expedition bootstrap. AUC within a "
-        "season ranks that season's members; the pooled AUC also ranks years.",
+        "Each fold answers one year as the registered model answers: every model trained on "
+        "every season before it, the transformer through the map fitted on its member check "
+        "(the newest years of members' own records before the test year, answered by the "
+        "recipe trained on the years before them), the baselines with their own "
+        "probabilities. 95% intervals from an expedition bootstrap. AUC within a season ranks "
+        "that season's members; the pooled AUC also ranks years.",
         "",
         "| model | mean within-season AUC | with disaster seasons | pooled AUC |",
         "| --- | --- | --- | --- |",
@@ -41,8 +48,11 @@ def markdown(report: BacktestReport) -> str:
         ),
         "",
         *(f"- {name}: {diff.render(4)} (paired)" for name, diff in table.differences.items()),
-        f"- {report.calibration.render()}",
-        f"- mean seed band on a held-out row: {report.seed_spread:.3f}",
+        f"- mean band (the members' lowest to highest P) on a held-out row: "
+        f"{report.seed_spread:.3f}",
+        *_flag_lines(report.flags),
+        "",
+        *_member_group_lines(report),
         "",
         "#### By peak group (the same folds; each group's held-out rows on their own)",
         "",
@@ -199,7 +209,7 @@ def log_to_mlflow(
             {
                 "profile": settings.profile,
                 "folds": f"{report.folds[0].fold.name}-{report.folds[-1].fold.name}",
-                "validation_years": settings.backtest.validation_years,
+                "member_check_years": settings.train.member_check_years,
                 "seeds": settings.train.seeds,
             }
         )
@@ -207,3 +217,47 @@ def log_to_mlflow(
         for path in files.values():
             mlflow.log_artifact(str(path), "backtest")
         return run.info.run_id
+
+
+def _flag_lines(flags: Mapping[str, str]) -> list[str]:
+    """The models whose answer barely moves (deepsummit/train/comparison.py): no skill."""
+    return [
+        f"- flagged, {model}: {why}; its figures are no skill"
+        for model, why in flags.items()
+        if why
+    ]
+
+
+def _member_group_lines(report: BacktestReport) -> list[str]:
+    """The member seasons by member group, and what the transformer's map does."""
+    groups = report.member_groups
+    error = groups[ALL_PEAKS].error
+    gap = report.expeditions.gap
+    lines = [
+        "### Member seasons by member group",
+        "",
+        "Mean P against the observed summit rate for each group a user belongs to; the group "
+        "error is the member-weighted mean |mean P − observed| over the groups of at least "
+        f"{groups[ALL_PEAKS].min_members} members.",
+        "",
+        "| model | group error, all peaks | "
+        + " | ".join(f"{scope}" for scope in groups if scope != ALL_PEAKS)
+        + " | ECE, member seasons |",
+        "| --- | --- | " + " | ".join("---" for _ in range(len(groups) - 1)) + " | --- |",
+        *(
+            f"| {m} | {error[m].render()} | "
+            + " | ".join(t.error[m].render() for s, t in groups.items() if s != ALL_PEAKS)
+            + f" | {report.ece[m].render()} |"
+            for m in JUDGED
+        ),
+        "",
+        f"What the map does (the transformer, {WITHOUT_MAP} against as served): group error "
+        f"{error[WITHOUT_MAP].render()} → {error[TRANSFORMER].render()}; ECE of the member "
+        f"seasons {report.ece[WITHOUT_MAP].render()} → {report.ece[TRANSFORMER].render()}; "
+        f"mean gap of the expedition seasons {gap[WITHOUT_MAP].render()} → "
+        f"{gap[TRANSFORMER].render()}.",
+        "",
+    ]
+    for table in groups.values():
+        lines += [table.markdown(), ""]
+    return lines

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from deepsummit.contracts.calibration import Calibrator
 from deepsummit.core.seasons import season_name
 from deepsummit.train.bootstrap import (
     Interval,
@@ -26,8 +25,7 @@ from deepsummit.train.bootstrap import (
     replicate_weights,
     weighted_auc,
 )
-from deepsummit.train.comparison import difference_metrics, difference_name, logit, slug
-from deepsummit.train.metrics import expected_calibration_error
+from deepsummit.train.comparison import difference_metrics, difference_name, slug
 
 CALIBRATION_METHODS = ("none", "temperature", "platt", "isotonic")
 
@@ -146,48 +144,3 @@ def season_table(
         pooled=pooled,
         differences=differences,
     )
-
-
-@dataclass(frozen=True)
-class CalibrationChoice:
-    """Each map fitted on the out-of-time predictions of the folds before the newest, judged by
-    ECE on the newest folds; the chosen one is never worse than no map."""
-
-    fitted_on: tuple[int, ...]  # test years whose held-out predictions fit each map
-    judged_on: tuple[int, ...]
-    ece: dict[str, float]  # per method, on the newest folds
-    chosen: str
-
-    def render(self) -> str:
-        figures = ", ".join(f"{m} {e:.4f}" for m, e in self.ece.items())
-        if not self.fitted_on:
-            return f"calibration: too few folds to fit a map out of time; ECE {figures}"
-        return (
-            f"calibration fitted on the held-out predictions of {_years(self.fitted_on)}, "
-            f"judged on {_years(self.judged_on)}: ECE {figures}; chosen: {self.chosen}"
-        )
-
-
-def choose_calibration(held_out: pl.DataFrame, model: str, newest_folds: int) -> CalibrationChoice:
-    """`held_out`: every fold's test rows (year, label) with the model's uncalibrated
-    probability in column `model`."""
-    years = sorted(held_out["year"].unique().to_list())
-    judged = tuple(years[-newest_folds:])
-    fitted = tuple(years[-2 * newest_folds : -newest_folds])
-    fit = held_out.filter(pl.col("year").is_in(fitted))
-    judge = held_out.filter(pl.col("year").is_in(judged))
-    labels = judge["label"].to_numpy().astype(np.float64)
-    ece = {}
-    methods = CALIBRATION_METHODS if fit.height else ("none",)  # too few folds to fit a map
-    for method in methods:
-        calibrator = Calibrator.fit(
-            method, logit(fit[model].to_numpy()), fit["label"].to_numpy().astype(np.float64)
-        )
-        probabilities = calibrator.probabilities(logit(judge[model].to_numpy()))
-        ece[method] = expected_calibration_error(labels, probabilities)
-    chosen = min(ece, key=lambda m: (ece[m], m != "none"))
-    return CalibrationChoice(fitted, judged, ece, chosen)
-
-
-def _years(years: tuple[int, ...]) -> str:
-    return f"{years[0]}–{years[-1]}" if len(years) > 1 else str(years[0])

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from deepsummit.backtest.report import log_to_mlflow, markdown, write_report
-from deepsummit.backtest.run import BacktestReport, run_backtest
+from deepsummit.backtest.run import run_backtest
+from deepsummit.backtest.summary import BacktestReport
 from deepsummit.core.config import Settings
 from deepsummit.core.context import RunContext
 

@@ -39,6 +39,9 @@ from deepsummit.model.transformer import DeepSummitTransformer
 
 ARTIFACT_NAME = "model"  # the pyfunc's artifact key and folder name
 DRIFT_PROFILE = "drift_profile.json"
+# How the member check judged each member group (deepsummit/train/member_groups.py writes it,
+# `predict` names the asked member's groups from it); absent in versions from before it.
+MEMBER_GROUPS = "member_groups.json"
 
 
 # Written by MLflow into a downloaded registered version (its name and number), so it differs
@@ -66,6 +69,8 @@ class ModelArtifact:
     calibrator: Calibrator
     history: dict[str, pl.DataFrame]
     drift_reference: DistributionProfile
+    # GroupCalibration.as_json() of the member check, all peaks; None in older versions.
+    member_groups: dict[str, Any] | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -83,6 +88,8 @@ class ModelArtifact:
         for name, frame in self.history.items():
             frame.write_parquet(directory / "history" / f"{name}.parquet")
         (directory / DRIFT_PROFILE).write_text(self.drift_reference.to_json())
+        if self.member_groups is not None:
+            (directory / MEMBER_GROUPS).write_text(json.dumps(self.member_groups, indent=1))
         metadata = {**self.metadata, "seeds": self.seeds}
         (directory / "metadata.json").write_text(json.dumps(metadata, indent=2, default=str))
         return directory
@@ -106,5 +113,10 @@ class ModelArtifact:
                 for p in sorted((directory / "history").glob("*.parquet"))
             },
             drift_reference=DistributionProfile.from_json((directory / DRIFT_PROFILE).read_text()),
+            member_groups=(
+                json.loads((directory / MEMBER_GROUPS).read_text())
+                if (directory / MEMBER_GROUPS).exists()
+                else None
+            ),
             metadata=metadata,
         )

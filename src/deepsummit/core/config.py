@@ -266,14 +266,14 @@ class SplitConfig(Section):
 
 
 class BacktestConfig(Section):
-    """The rolling-origin backtest (deepsummit/backtest/): one fold per test year Y from
-    `first_test_year` to `last_test_year` (None: the newest year of the records), trained on the
-    years up to Y − validation_years − 1 and validated on the `validation_years` before Y, every
-    model on identical rows."""
+    """How models are judged out of time. The rolling-origin backtest (deepsummit/backtest/)
+    answers each test year Y from `first_test_year` to `last_test_year` (None: the newest year
+    of the records) with every model as it is served: trained on every season before Y, the
+    transformer through the map of its member check (`train.member_check_years`), every model
+    on identical rows. The train stage's evaluation reads the same thresholds."""
 
     first_test_year: int = 2008
     last_test_year: int | None = None
-    validation_years: int = 2
     # A season of member rows with fewer rows (or one class only) is listed but not scored; so
     # is a season of expedition records with fewer expeditions.
     min_season_rows: int = 100
@@ -281,15 +281,15 @@ class BacktestConfig(Section):
     # Scored and shown with a note, left out of the ordinary mean: they must not decide the
     # model alone.
     disaster_seasons: tuple[str, ...] = ("2014 Spring", "2015 Spring")
-    # Answer each test year as the registered model answers: the recipe refit on the fold's
-    # train and validation years (the map still fitted on the evaluation's validation rows).
-    refit: bool = False
     # Listed, not scored, with the reason.
     unscored_seasons: dict[str, str] = Field(
         default_factory=lambda: {"2020 Spring": "the pandemic", "2020 Autumn": "the pandemic"}
     )
-    # The newest folds: where the calibration map is judged and what the gate compares on.
-    newest_folds: int = 2
+    # Calibration by member group (deepsummit/train/member_groups.py): groups of fewer members
+    # are listed, not counted in the group error; the peaks with the most members are also
+    # reported on their own.
+    min_group_members: int = 50
+    separate_peaks: int = 3
     # Push-day skill: held-out peak-seasons with at least this many summiters.
     push_day_min_summiters: int = 30
     output_dir: Path = Path("var/backtest")
@@ -389,9 +389,15 @@ class TrainConfig(Section):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     num_threads: int | None = None  # torch intra-op threads; None = torch's default
     max_train_rows: int | None = None  # a slice for quick runs and tests; None = all
-    # At most this many boosting rounds for the tree baselines (early stopping on validation
-    # AUC ends them sooner); None: LightGBM 2000, CatBoost its default 1000.
-    baseline_max_rounds: int | None = Field(None, ge=1)
+    # The tree baselines' boosting rounds: a fixed budget, as the transformer's epochs are,
+    # chosen on the backtest's folds before its scored ones (bench/tree_budgets.py).
+    lightgbm_rounds: int = Field(300, ge=1)
+    catboost_rounds: int = Field(200, ge=1)
+    # The member check (deepsummit/train/recipe.py): the newest years of members' own records
+    # before a model's held-out seasons, answered by the recipe trained on the years before
+    # them; the calibration map is fitted there (and a recipe that keeps its best epoch counts
+    # its epochs there).
+    member_check_years: int = Field(2, ge=1)
     checkpoint_dir: Path = Path("var/checkpoints")
     # The features snapshot folder to train on; None = the newest under features.features_dir.
     snapshot: Path | None = None

@@ -73,6 +73,7 @@ def features_schema() -> pa.DataFrameSchema:
         "weather_source": pa.Column(pl.String),
         "record": pa.Column(pl.String, pa.Check.isin(RECORDS)),
         "has_weather": pa.Column(pl.Boolean),
+        "role": pa.Column(pl.String, nullable=True),  # not an input: the member groups read it
         "split": pa.Column(pl.String, pa.Check.isin(SPLITS)),
         "label": pa.Column(pl.Boolean),
     }

@@ -62,15 +62,13 @@ def summary_markdown(report: Any, drift: Any) -> str:
         "",
         f"**Decision:** {report.decision_reason}",
         "",
-        f"Judged: trained on {report.rows['train']:,} attempts, validated on "
-        f"{report.rows['validation']:,}, tested on {report.rows['test']:,} (below); weather "
-        f"source `{report.weather_source}`; features `{report.digest[:12]}`; "
-        f"{len(report.inputs)} tabular inputs, all known by the push decision; seeds "
-        f"{report.epochs_note()}. Registered: the same recipe refit on all "
-        f"{report.rows['refit']:,} attempts, through {report.trained_through}.",
+        f"{report.judged_line()} Weather source `{report.weather_source}`; features "
+        f"`{report.digest[:12]}`; {len(report.inputs)} tabular inputs, all known by the push "
+        "decision.",
         "",
         report.comparison.markdown(),
         *report.expeditions_markdown(),
+        report.member_groups_markdown(),
         f"**{drift.render()}**" if drift.report and drift.report.warning() else drift.render(),
         "",
         f"{link('MLflow run', report.run_url)} · {link('model version', report.model_url)}",

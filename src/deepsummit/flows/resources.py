@@ -283,7 +283,7 @@ class ModelVersion(Resource):
             "run_id": report.mlflow_run_id,
             "champion": report.champion,
             "decision": report.decision_reason,
-            "rows": report.rows["train"],
+            "rows": report.rows["refit"],
             "digest": report.digest,
         }
 

@@ -6,6 +6,11 @@ was trained on, and asks the champion: its artifact, from a local copy checked a
 registered digest, answers through the very function its pyfunc runs (`scoring.answers`), so the
 number is the registered model's without MLflow's import or a download on every call. The
 features are built inside the model, by the training code, from what the model froze.
+
+Beside the answer it shows what the member changes: the same attempt asked at the start of
+every age band (and as the other sex), in the same call; and the member's groups where the
+model was least sure on held-out members (the member check the registered version keeps:
+deepsummit/contracts/member_groups.py).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from deepsummit.contracts.champion import (
     champion_version,
     verified_copy,
 )
+from deepsummit.contracts.member_groups import AGE_BAND_STARTS, member_groups
 from deepsummit.core.config import Settings
 from deepsummit.core.errors import BadInput
 from deepsummit.core.inputs import WEATHER_VARIABLES, WINDOW_DAYS
@@ -35,6 +41,7 @@ from deepsummit.serve.planned import parse_planned
 from deepsummit.serve.scoring import answers
 
 TOP_TOKENS = 5
+LEAST_SURE = 2  # the member's groups named where the model was least sure
 
 
 @dataclass(frozen=True)
@@ -49,6 +56,11 @@ class Prediction:
     model_version: str
     weather_source: str
     attempt: Mapping[str, Any]  # the planned attempt as stated (deepsummit/core/planned.py)
+    # P of the same attempt with one of the member's own inputs changed: "age 60" → P
+    by_member: dict[str, float]
+    # The member's groups where the held-out member check found the answer furthest from the
+    # summit rate: group, members, observed rate, mean P and the gap's interval.
+    least_sure: list[dict[str, Any]]
 
     def render(self) -> str:
         a = self.attempt
@@ -64,9 +76,22 @@ class Prediction:
             f"band: {BAND_MEANING}",
             "tokens that weighed most (attention rollout from CLS):",
             *(f"  {token}" for token in _listed(self.top_tokens)),
+            "the same attempt with the member changed: "
+            + " · ".join(f"{change} {p:.3f}" for change, p in self.by_member.items()),
+            *self._least_sure_lines(),
         ]
         lines += [f"note: {note}" for note in _listed(self.notes)]
         return "\n".join(lines)
+
+    def _least_sure_lines(self) -> list[str]:
+        if not self.least_sure:
+            return ["least sure: this version keeps no held-out judgement of member groups"]
+        return ["where the model was least sure for this member (held-out members):"] + [
+            f"  {g['family']} {g['group']}: mean P {g['mean_probability']:.3f} against "
+            f"{g['observed']:.3f} summited, gap {g['gap']:+.3f} [{g['gap_low']:+.3f}, "
+            f"{g['gap_high']:+.3f}] over {g['members']:,} members"
+            for g in self.least_sure
+        ]
 
     def as_dict(self) -> dict[str, Any]:
         """The prediction as one JSON document (`deepsummit predict --json`): the notes and the
@@ -152,21 +177,22 @@ def predict_attempt(settings: Settings, planned: Mapping[str, Any]) -> Predictio
         # Before the registry is asked: bad input fails at once, naming what is wrong.
         sources = check_known(con, planned, today(settings.weather.timezone))
     champion = champion_version(settings.mlflow)
-    name, version = champion.name, str(champion.version)
     source = champion.tags.get(TAG_WEATHER_SOURCE, settings.weather.source)
-    # A peak the source has no weather of is answered as its attempts were trained: with the
-    # weather absent. A peak it has weather of needs the whole window.
-    weather, why_absent = {}, f"no weather of {planned['peak']} in source {source!r}"
-    if source in sources:
-        with connect(settings.paths.warehouse, read_only=True) as con:
-            weather = daily_weather(con, planned["peak"], planned["push_date"], source)
-        why_absent = ""
+    weather, why_absent = push_weather(settings, planned, source, sources)
     local = verified_copy(settings.mlflow.tracking_uri, champion, settings.mlflow.model_cache_dir)
     artifact = ModelArtifact.load(local / ARTIFACT_PATH)
-    request = planned_frame([{**record, "weather_source": source, **weather}])
-    [answer] = answers(artifact, request, TOP_TOKENS).to_dict(orient="records")
+
+    def asked(rows: list[dict[str, Any]], tokens: int = 0) -> list[dict[str, Any]]:
+        request = planned_frame([{**row, "weather_source": source, **weather} for row in rows])
+        return answers(artifact, request, tokens).to_dict(orient="records")
+
+    [answer] = asked([record], TOP_TOKENS)
     if answer["error"]:
         raise BadInput(answer["error"])
+    # Asked apart: in one batch with them, the member's own answer could differ from the
+    # registered model's to the same single request in its last bits.
+    changes = member_changes(record)
+    changed = asked(list(changes.values()))
     return Prediction(
         probability=float(answer["probability"]),
         low=float(answer["probability_low"]),
@@ -174,8 +200,71 @@ def predict_attempt(settings: Settings, planned: Mapping[str, Any]) -> Predictio
         top_tokens=answer["top_tokens"] or "",
         notes="; ".join(filter(None, [why_absent, answer["notes"]])),
         weather_used=bool(answer["weather_used"]),
-        model_uri=f"models:/{name}@{settings.mlflow.champion_alias}",
-        model_version=version,
+        model_uri=f"models:/{champion.name}@{settings.mlflow.champion_alias}",
+        model_version=str(champion.version),
         weather_source=source,
         attempt=dict(planned),
+        by_member={
+            change: float(row["probability"])
+            for change, row in zip(changes, changed, strict=True)
+            if row["probability"] is not None
+        },
+        least_sure=least_sure(artifact, record),
     )
+
+
+def push_weather(
+    settings: Settings, planned: Mapping[str, Any], source: str, sources: list[str]
+) -> tuple[dict[str, list[float | None]], str]:
+    """The 90 days of weather up to the push day from `source`, and why there is none. A peak
+    the source has no weather of is answered as its attempts were trained: with the weather
+    absent; a peak it has weather of needs the whole window."""
+    if source not in sources:
+        return {}, f"no weather of {planned['peak']} in source {source!r}"
+    with connect(settings.paths.warehouse, read_only=True) as con:
+        return daily_weather(con, planned["peak"], planned["push_date"], source), ""
+
+
+def member_changes(record: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The planned attempt with one of the member's own inputs changed, by what changed: the
+    start of every age band, and the other sex when one is stated."""
+    changes = {f"age {age}": {**record, "age": float(age)} for age in AGE_BAND_STARTS}
+    other = {"M": "F", "F": "M"}.get(record.get("sex") or "")
+    if other:
+        changes[f"as {other}"] = {**record, "sex": other}
+    return changes
+
+
+def least_sure(artifact: ModelArtifact, record: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The member's counted groups in the version's member check, furthest from the observed
+    rate first (none when the version keeps no member check)."""
+    if artifact.member_groups is None:
+        return []
+    member = pl.DataFrame(
+        {
+            "age": [record.get("age")],
+            "sex": [{"M": 1, "F": 0}.get(record.get("sex") or "")],
+            "is_hired": [int(bool(record.get("hired")))],
+            "oxygen_planned": [None if record.get("oxygen") is None else int(record["oxygen"])],
+            "role": [record.get("role")],
+            "nationality": [record.get("nationality")],
+        },
+        schema_overrides={"age": pl.Float64, "sex": pl.Int32, "oxygen_planned": pl.Int32},
+    )
+    mine = {(family, group) for family, group in member_groups(member).row(0, named=True).items()}
+    model = artifact.member_groups["models"][0]
+    found = [
+        {
+            "family": row["family"],
+            "group": row["group"],
+            "members": row["members"],
+            "observed": row["observed"]["estimate"],
+            "mean_probability": row["mean_probability"][model]["estimate"],
+            "gap": row["gap"][model]["estimate"],
+            "gap_low": row["gap"][model]["low"],
+            "gap_high": row["gap"][model]["high"],
+        }
+        for row in artifact.member_groups["rows"]
+        if row["counted"] and (row["family"], row["group"]) in mine
+    ]
+    return sorted(found, key=lambda g: -abs(g["gap"]))[:LEAST_SURE]

@@ -6,15 +6,20 @@ the numeric features with their missing flags, the categoricals (one-hot for the
 native categorical handling for the trees: LightGBM's categorical splits, CatBoost's ordered
 target statistics), the binaries with missing flags, the 26×16 weather window flattened, and
 the calendar position of the attempt day. The trees get missing values as NaN (they learn where
-they go); the linear model gets the arrays' zeros plus explicit missing indicators. Both trees
-stop early on the validation AUC, like the transformer, and otherwise keep their libraries'
-defaults but for LightGBM's learning rate and sampling.
+they go); the linear model gets the arrays' zeros plus explicit missing indicators.
+
+Each is trained as the transformer's recipe is: on every season before the seasons it answers,
+for a fixed budget (the trees' boosting rounds, `train.lightgbm_rounds` and
+`train.catboost_rounds`, chosen by the backtest: bench/tree_budgets.py), and it answers with its
+own probabilities. Early stopping on a validation split would stop them on the seasons before
+the test split, which in the bundle hold expedition records only: a member's own inputs are
+missing there, so the trees stopped after a few rounds and barely moved with the member.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import catboost
@@ -30,7 +35,6 @@ from deepsummit.core.config import TrainConfig
 from deepsummit.train.trainer import training_slice
 
 ATTEMPT_DAY_TOKEN = 6  # the daily token of day D (tokens 0–6 are D-6 … D)
-EARLY_STOPPING_ROUNDS = 100  # rounds without a better validation AUC before a tree model stops
 LOGISTIC, LIGHTGBM, CATBOOST = "logistic regression", "LightGBM", "CatBoost"
 DAYS_PER_YEAR = 365.25
 
@@ -40,11 +44,10 @@ Predictor = Callable[[FeatureArrays], np.ndarray]
 
 @dataclass(frozen=True)
 class ModelPredictions:
-    """A model's uncalibrated probabilities on the validation and test splits, its cost, and
-    the model itself (to score other rows, e.g. a season's candidate push days)."""
+    """A model's probabilities on the rows it is judged on, its cost, and the model itself (to
+    score other rows, e.g. a season's candidate push days)."""
 
     name: str
-    validation: np.ndarray
     test: np.ndarray
     train_seconds: float
     predict_seconds_per_1000: float
@@ -79,14 +82,12 @@ def tree_matrix(arrays: FeatureArrays) -> np.ndarray:
     return np.hstack([numeric, arrays.categorical, binary, weather, day_of_year]).astype(np.float32)
 
 
-def _categorical_columns(arrays: FeatureArrays) -> list[int]:
+def categorical_columns(arrays: FeatureArrays) -> list[int]:
     first = arrays.numeric.shape[1]
     return list(range(first, first + arrays.categorical.shape[1]))
 
 
-def _timed(
-    name: str, fit: Callable[[], Predictor], validation: FeatureArrays, test: FeatureArrays
-) -> ModelPredictions:
+def _timed(name: str, fit: Callable[[], Predictor], test: FeatureArrays) -> ModelPredictions:
     started = time.perf_counter()
     fitted = fit()
     train_seconds = time.perf_counter() - started
@@ -99,14 +100,11 @@ def _timed(
     started = time.perf_counter()
     test_probabilities = predict(test)
     per_1000 = (time.perf_counter() - started) / max(1, len(test)) * 1000
-    return ModelPredictions(
-        name, predict(validation), test_probabilities, train_seconds, per_1000, predict
-    )
+    return ModelPredictions(name, test_probabilities, train_seconds, per_1000, predict)
 
 
 def logistic_regression(
     train: FeatureArrays,
-    validation: FeatureArrays,
     test: FeatureArrays,
     cardinalities: tuple[int, ...],
     seed: int,
@@ -129,118 +127,94 @@ def logistic_regression(
         )
         return lambda arrays: model.predict_proba(linear_matrix(arrays, encoder))[:, 1]
 
-    return _timed(LOGISTIC, fit, validation, test)
+    return _timed(LOGISTIC, fit, test)
+
+
+def lightgbm_classifier(seed: int, num_threads: int | None, rounds: int) -> lgb.LGBMClassifier:
+    """LightGBM as the baseline runs it: `rounds` trees at learning rate 0.05, with sampling."""
+    return lgb.LGBMClassifier(
+        n_estimators=rounds,
+        learning_rate=0.05,
+        num_leaves=31,
+        subsample=0.8,
+        subsample_freq=1,
+        colsample_bytree=0.5,
+        random_state=seed,
+        n_jobs=num_threads or 0,
+        verbose=-1,
+    )
+
+
+def catboost_classifier(
+    seed: int, num_threads: int | None, rounds: int
+) -> catboost.CatBoostClassifier:
+    """CatBoost at its defaults but for the number of trees (its learning rate follows it)."""
+    return catboost.CatBoostClassifier(
+        iterations=rounds,
+        random_seed=seed,
+        thread_count=num_threads or -1,
+        allow_writing_files=False,
+        verbose=False,
+    )
 
 
 def lightgbm(
-    train: FeatureArrays,
-    validation: FeatureArrays,
-    test: FeatureArrays,
-    seed: int,
-    num_threads: int | None,
-    max_rounds: int | None = None,
+    train: FeatureArrays, test: FeatureArrays, seed: int, num_threads: int | None, rounds: int
 ) -> ModelPredictions:
-    """Gradient-boosted trees, early-stopped on validation AUC like the transformer."""
+    """Gradient-boosted trees, `rounds` of them."""
 
     def fit() -> Predictor:
-        model = lgb.LGBMClassifier(
-            n_estimators=max_rounds or 2000,
-            learning_rate=0.05,
-            num_leaves=31,
-            subsample=0.8,
-            subsample_freq=1,
-            colsample_bytree=0.5,
-            random_state=seed,
-            n_jobs=num_threads or 0,
-            verbose=-1,
-        )
+        model = lightgbm_classifier(seed, num_threads, rounds)
         model.fit(
             tree_matrix(train),
             train.label,
             sample_weight=train.weight,
-            eval_X=(tree_matrix(validation),),
-            eval_y=(validation.label,),
-            eval_metric="auc",
-            categorical_feature=_categorical_columns(train),
-            callbacks=[
-                lgb.early_stopping(EARLY_STOPPING_ROUNDS, first_metric_only=True, verbose=False)
-            ],
+            categorical_feature=categorical_columns(train),
         )
         return lambda arrays: model.predict_proba(tree_matrix(arrays))[:, 1]
 
-    return _timed(LIGHTGBM, fit, validation, test)
+    return _timed(LIGHTGBM, fit, test)
 
 
 def catboost_frame(arrays: FeatureArrays) -> pd.DataFrame:
     """The trees' matrix as CatBoost reads it: the categorical columns as integers."""
     frame = pd.DataFrame(tree_matrix(arrays))
-    for position, column in enumerate(_categorical_columns(arrays)):
+    for position, column in enumerate(categorical_columns(arrays)):
         frame[column] = arrays.categorical[:, position]
     return frame
 
 
 def catboost_trees(
-    train: FeatureArrays,
-    validation: FeatureArrays,
-    test: FeatureArrays,
-    seed: int,
-    num_threads: int | None,
-    max_rounds: int | None = None,
+    train: FeatureArrays, test: FeatureArrays, seed: int, num_threads: int | None, rounds: int
 ) -> ModelPredictions:
-    """CatBoost at its default settings, early-stopped on validation AUC like the others."""
+    """CatBoost at its default settings but for the number of trees, `rounds`."""
 
     def fit() -> Predictor:
-        model = catboost.CatBoostClassifier(
-            iterations=max_rounds,  # None: CatBoost's default
-            eval_metric="AUC",
-            early_stopping_rounds=EARLY_STOPPING_ROUNDS,
-            random_seed=seed,
-            thread_count=num_threads or -1,
-            allow_writing_files=False,
-            verbose=False,
-        )
+        model = catboost_classifier(seed, num_threads, rounds)
         model.fit(
             catboost_frame(train),
             train.label,
-            cat_features=_categorical_columns(train),
+            cat_features=categorical_columns(train),
             sample_weight=train.weight,
-            eval_set=(catboost_frame(validation), validation.label),
         )
         return lambda arrays: model.predict_proba(catboost_frame(arrays))[:, 1]
 
-    return _timed(CATBOOST, fit, validation, test)
-
-
-def configured_baselines(
-    arrays: Mapping[str, FeatureArrays], cardinalities: tuple[int, ...], config: TrainConfig
-) -> list[ModelPredictions]:
-    """The baselines as the training settings ask: on the train split's slice
-    (`max_train_rows`), with its seed, threads and boosting rounds; scored on validation and
-    test."""
-    return run_baselines(
-        training_slice(arrays["train"], config.max_train_rows, config.seed),
-        arrays["validation"],
-        arrays["test"],
-        cardinalities,
-        config.seed,
-        config.num_threads,
-        config.baseline_max_rounds,
-    )
+    return _timed(CATBOOST, fit, test)
 
 
 def run_baselines(
     train: FeatureArrays,
-    validation: FeatureArrays,
     test: FeatureArrays,
     cardinalities: tuple[int, ...],
-    seed: int,
-    num_threads: int | None = None,
-    max_rounds: int | None = None,
+    config: TrainConfig,
 ) -> list[ModelPredictions]:
-    """The baselines, trained on `train` (with its rows' weights), scored on the transformer's
-    validation and test; the trees boost at most `max_rounds` rounds (None: their defaults)."""
+    """The baselines as the training settings ask (its slice of `train`, `max_train_rows`; its
+    seed, threads and boosting rounds), trained on `train` with its rows' weights and judged on
+    `test`."""
+    train = training_slice(train, config.max_train_rows, config.seed)
+    seed, threads = config.seed, config.num_threads
     return [
-        logistic_regression(train, validation, test, cardinalities, seed),
-        lightgbm(train, validation, test, seed, num_threads, max_rounds),
-        catboost_trees(train, validation, test, seed, num_threads, max_rounds),
+        logistic_regression(train, test, cardinalities, seed),
+        lightgbm(train, test, seed, threads, config.lightgbm_rounds),
+        catboost_trees(train, test, seed, threads, config.catboost_rounds),
     ]

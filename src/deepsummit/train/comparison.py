@@ -1,7 +1,12 @@
-"""The comparison a training run reports: every model calibrated the same way on the validation
-split, scored on the identical test rows, each figure with its 95% interval from a bootstrap over
-expeditions, the transformer against each baseline as a paired difference, and the spread of
-the transformer's seeds.
+"""The comparison a training run reports: every model as its recipe serves it (the transformer
+through its calibration map, the baselines with their own probabilities), scored on the
+identical test rows, each figure with its 95% interval from a bootstrap over expeditions, the
+transformer against each baseline as a paired difference, and the spread of the transformer's
+seeds.
+
+A model whose answer barely moves is flagged, never shown as skill: its P varies by less than
+`FLAT_SD` over the rows, or its mean P over a season moves by less than `FLAT_SEASONS` across
+the test seasons (they summit at rates from 0.37 to 0.61 in the bundle).
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from deepsummit.contracts.calibration import Calibrator, Method
+from deepsummit.contracts.calibration import Calibrator
 from deepsummit.train.baselines import ModelPredictions
 from deepsummit.train.bootstrap import (
     Interval,
@@ -23,6 +28,8 @@ from deepsummit.train.bootstrap import (
 from deepsummit.train.metrics import compute_metrics, expected_calibration_error
 
 TRANSFORMER = "transformer"
+FLAT_SD = 0.02  # below this standard deviation of P over the rows, an answer is near-constant
+FLAT_SEASONS = 0.03  # below this spread of the seasons' mean P, it ignores the seasons
 
 
 def logit(probabilities: np.ndarray) -> np.ndarray:
@@ -33,12 +40,13 @@ def logit(probabilities: np.ndarray) -> np.ndarray:
 @dataclass(frozen=True)
 class ModelRow:
     name: str
-    calibrated: MetricIntervals  # AUC, Brier and ECE of the calibrated probabilities
-    ece_before: float  # ECE of the model's own probabilities, before calibration
+    calibrated: MetricIntervals  # AUC, Brier and ECE of the answer as served
+    ece_before: float  # ECE of the model's own probabilities, before its map
     accuracy: float
     log_loss: float
     train_seconds: float
     predict_seconds_per_1000: float
+    flag: str = ""  # why its answer is not skill (`flat_answer`), "" when it is
 
 
 @dataclass(frozen=True)
@@ -73,7 +81,6 @@ class SeedSpread:
 class Comparison:
     rows: tuple[ModelRow, ...]  # the transformer first
     differences: dict[str, Interval]  # "transformer − LightGBM" → paired AUC difference
-    calibration: Method
     test_rows: int
     expeditions: int
     calibrators: dict[str, Calibrator] = field(default_factory=dict)
@@ -83,21 +90,30 @@ class Comparison:
         lines = [
             f"Test split: {self.test_rows:,} attempts of {self.expeditions:,} expeditions; "
             f"95% intervals from {self.expeditions:,}-expedition bootstrap replicates; every "
-            f"model calibrated ({self.calibration}) on the validation split, unless the map "
-            "makes the test ECE worse (then none: the model's own probabilities).",
+            "model as served: trained on every season before the test split, the transformer "
+            "through its map (fitted on the member check), the baselines with their own "
+            "probabilities.",
             "",
-            "| model | AUC [95% CI] | Brier [95% CI] | ECE [95% CI] | ECE before calibration "
-            "| map | train s |",
-            "| --- | --- | --- | --- | ---: | --- | ---: |",
+            "| model | AUC [95% CI] | Brier [95% CI] | ECE [95% CI] | ECE before the map "
+            "| map | train s | flag |",
+            "| --- | --- | --- | --- | ---: | --- | ---: | --- |",
         ]
         for row in self.rows:
             m = row.calibrated
+            auc = f"({m.auc.render()})" if row.flag else m.auc.render()
             lines.append(
-                f"| {row.name} | {m.auc.render()} | {m.brier.render()} | {m.ece.render()} "
+                f"| {row.name} | {auc} | {m.brier.render()} | {m.ece.render()} "
                 f"| {row.ece_before:.3f} | {self.calibrators[row.name].method} "
-                f"| {row.train_seconds:.0f} |"
+                f"| {row.train_seconds:.0f} | {row.flag} |"
             )
         lines.append("")
+        if any(row.flag for row in self.rows):
+            lines += [
+                f"A flagged model's answer barely moves (P's standard deviation below {FLAT_SD} "
+                f"or its season means within {FLAT_SEASONS}): its AUC, in brackets, is no "
+                "skill to compare with.",
+                "",
+            ]
         if self.seeds is not None:
             lines += [f"Transformer seeds: {self.seeds.render()}.", ""]
         lines += [
@@ -115,6 +131,7 @@ class Comparison:
                 f"{prefix}ece_uncalibrated": row.ece_before,
                 f"{prefix}accuracy": row.accuracy,
                 f"{prefix}log_loss": row.log_loss,
+                f"{prefix}flat": float(bool(row.flag)),
             }
         values |= difference_metrics(self.differences, "auc_difference_")
         if self.seeds is not None:
@@ -147,50 +164,57 @@ def slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", short.lower()).strip("_")
 
 
+def flat_answer(probabilities: np.ndarray, seasons: np.ndarray) -> str:
+    """Why an answer is no skill to compare (see the module docstring), "" when it is."""
+    spread = float(np.std(probabilities))
+    if spread < FLAT_SD:
+        return f"near-constant (P's sd {spread:.3f})"
+    means = [probabilities[seasons == season].mean() for season in np.unique(seasons)]
+    if len(means) > 1 and max(means) - min(means) < FLAT_SEASONS:
+        return f"its season means span {max(means) - min(means):.3f}"
+    return ""
+
+
 def compare(
     models: list[ModelPredictions],
-    validation_labels: np.ndarray,
+    calibrators: dict[str, Calibrator],
     test_labels: np.ndarray,
     test_groups: np.ndarray,
-    calibration: Method,
+    test_seasons: np.ndarray,
 ) -> Comparison:
-    """Calibrate each model on validation, score every one on the same test rows (the first
-    model, the transformer, is the one the differences are taken from)."""
+    """Score every model's answer as served (its own P through its map in `calibrators`, none
+    when it has none) on the same test rows; the first model, the transformer, is the one the
+    differences are taken from."""
     weights = replicate_weights(test_groups)
-    rows, calibrated, calibrators = [], {}, {}
+    rows, served = [], {}
+    maps = {m.name: calibrators.get(m.name, Calibrator("none")) for m in models}
     for model in models:
-        calibrator = Calibrator.fit(calibration, logit(model.validation), validation_labels)
-        probabilities = calibrator.probabilities(logit(model.test))
-        ece_before = expected_calibration_error(test_labels, model.test)
-        if expected_calibration_error(test_labels, probabilities) > ece_before:
-            # The map makes the newest seasons worse: the model's own probabilities stand.
-            calibrator = Calibrator("none")
-            probabilities = calibrator.probabilities(logit(model.test))
+        probabilities = maps[model.name].probabilities(logit(model.test))
         plain = compute_metrics(test_labels, probabilities)
         rows.append(
             ModelRow(
                 name=model.name,
                 calibrated=metric_intervals(test_labels, probabilities, weights),
-                ece_before=ece_before,
+                ece_before=expected_calibration_error(test_labels, model.test),
                 accuracy=plain.accuracy,
                 log_loss=plain.log_loss,
                 train_seconds=model.train_seconds,
                 predict_seconds_per_1000=model.predict_seconds_per_1000,
+                flag=flat_answer(probabilities, test_seasons),
             )
         )
-        calibrated[model.name], calibrators[model.name] = probabilities, calibrator
+        served[model.name] = probabilities
     first, *others = models
     differences = {
         difference_name(first.name, other.name): paired_auc_difference(
-            test_labels, calibrated[first.name], calibrated[other.name], weights
+            test_labels, served[first.name], served[other.name], weights
         )
         for other in others
     }
     return Comparison(
         rows=tuple(rows),
         differences=differences,
-        calibration=calibration,
         test_rows=len(test_labels),
         expeditions=len(np.unique(np.asarray(test_groups, dtype=str))),
-        calibrators=calibrators,
+        calibrators=maps,
     )

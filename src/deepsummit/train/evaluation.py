@@ -1,80 +1,149 @@
-"""The train stage's evaluation: the transformer and the baselines, trained on identical rows,
-calibrated the same way on the validation split and judged on the test split (the newest
-seasons), with intervals, by expedition where the test split holds expedition records, and in
-plots; all of it logged to the active MLflow run.
+"""The train stage's evaluation of the recipe as served, logged to the active MLflow run.
+
+Two held-out checks, each answered by models trained only on seasons before it:
+
+- the test split (the newest seasons): the transformer refit on every season before it and
+  answering through its map, against the baselines trained on the same rows, with intervals,
+  by expedition where the test split holds expedition records, and in plots;
+- the member check (deepsummit/train/recipe.py): the newest seasons of members' own records,
+  judged member group by member group (deepsummit/train/member_groups.py). The map is fitted on
+  these rows, so the groups are judged on answers whose map was fitted on the other years of
+  the check (`MemberCheck.out_of_fold`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
 
 import mlflow
 import numpy as np
 import polars as pl
-from sklearn.metrics import roc_auc_score
 
 from deepsummit.contracts.arrays import FeatureArrays, ensemble_probability, member_logits
 from deepsummit.contracts.calibration import Calibrator, Method
 from deepsummit.core.config import BacktestConfig
+from deepsummit.core.seasons import season_name
 from deepsummit.train.baselines import ModelPredictions
 from deepsummit.train.bootstrap import weighted_auc
 from deepsummit.train.comparison import TRANSFORMER, Comparison, SeedSpread, compare, logit
 from deepsummit.train.expeditions import ExpeditionTable, expedition_table
+from deepsummit.train.member_groups import ALL_PEAKS, GroupCalibration, calibration_by_scope
 from deepsummit.train.metrics import auc_by_group
 from deepsummit.train.plots import plot_calibration, plot_roc
-from deepsummit.train.recipe import transformer_predictions
+from deepsummit.train.recipe import MemberCheck, transformer_predictions
 from deepsummit.train.tracking import log_plots
 from deepsummit.train.trainer import TrainResult
 
+WITHOUT_MAP = f"{TRANSFORMER}, without its map"
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """The test split as the evaluation reads it: its rows and their arrays as served (the
+    preprocessing of the models that answer them)."""
+
+    rows: pl.DataFrame  # features snapshot rows
+    arrays: FeatureArrays
+
+    @property
+    def groups(self) -> np.ndarray:
+        """Each row's expedition: what the bootstrap resamples."""
+        return self.rows.select(pl.format("{}/{}", "expid", "year")).to_series().to_numpy()
+
+    @property
+    def seasons(self) -> np.ndarray:
+        return (
+            self.rows.select(season_name(pl.col("year"), pl.col("season"))).to_series().to_numpy()
+        )
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    comparison: Comparison
+    served: dict[str, np.ndarray]  # each model's answer on the test rows, as served
+    expeditions: ExpeditionTable | None  # the test split's expedition records, by expedition
+    member_groups: dict[str, GroupCalibration]  # the member check, by scope
+    member_answers: np.ndarray  # the transformer's on the check's rows (map out of fold)
+
+    @property
+    def group_error(self) -> float:
+        return self.member_groups[ALL_PEAKS].error[TRANSFORMER].estimate
+
 
 def evaluate(
-    arrays: dict[str, FeatureArrays],
-    test_rows: pl.DataFrame,
-    test_groups: np.ndarray,
-    results: list[TrainResult],
+    held_out: HeldOut,
+    transformer: list[TrainResult],
     baselines: list[ModelPredictions],
+    check: MemberCheck,
     calibration: Method,
     backtest: BacktestConfig,
     run_dir: Path,
-) -> tuple[Comparison, dict[str, np.ndarray], ExpeditionTable | None]:
-    """The transformer and the baselines (trained on identical rows) calibrated the same way,
-    compared with intervals; metrics, the comparison, AUC by group and plots logged. Returns
-    the comparison, each model's calibrated test probabilities and, where the test split holds
-    expedition records, their table by expedition."""
-    models = [transformer_predictions(results, arrays), *baselines]
-    comparison = compare_with_seeds(models, results, arrays, test_groups, calibration)
+) -> Evaluation:
+    """Judge the recipe on both checks and log it all (see the module docstring)."""
+    calibrator = check.calibrator(calibration)
+    models = [transformer_predictions(transformer, held_out.arrays), *baselines]
+    comparison = compare(
+        models,
+        {TRANSFORMER: calibrator},
+        held_out.arrays.label,
+        held_out.groups,
+        held_out.seasons,
+    )
+    comparison = dataclasses.replace(
+        comparison, seeds=seed_spread(transformer, held_out.arrays, calibrator)
+    )
+    served = {m.name: comparison.calibrators[m.name].probabilities(logit(m.test)) for m in models}
+    member_answers = check.out_of_fold(calibration)
+    member_groups = calibration_by_scope(
+        check.rows,
+        {TRANSFORMER: member_answers, WITHOUT_MAP: ensemble_probability(check.logits)},
+        backtest.min_group_members,
+        backtest.separate_peaks,
+    )
+    evaluation = Evaluation(
+        comparison,
+        served,
+        held_out_expeditions(backtest, held_out.rows, served),
+        member_groups,
+        member_answers,
+    )
+    log_evaluation(evaluation, check, transformer)
+    _group_aucs(held_out.rows, held_out.arrays.label, served[TRANSFORMER])
+    _log_plots(run_dir / "plots", held_out.arrays.label, models, served, transformer[0])
+    return evaluation
+
+
+def log_evaluation(
+    evaluation: Evaluation, check: MemberCheck, transformer: list[TrainResult]
+) -> None:
+    """The figures and tables of the evaluation in the active MLflow run."""
+    groups = evaluation.member_groups
     mlflow.log_metrics(
         {
-            **comparison.metrics(),
-            **{f"seed_{r.seed}_best_epoch": r.best_epoch for r in results},
-            **{f"seed_{r.seed}_best_val_auc": r.best_val_auc for r in results},
-            # The answer's own validation AUC (with one seed, that seed's best_val_auc).
-            "ensemble_val_auc": float(
-                roc_auc_score(arrays["validation"].label, models[0].validation)
-            ),
-            **{f"seed_{r.seed}_epochs_run": len(r.history) for r in results},
-            "train_rows": results[0].train_rows,
+            **evaluation.comparison.metrics(),
+            **groups[ALL_PEAKS].metrics("member_check_"),
+            **{f"member_check_seed_{t.seed}_best_epoch": t.best_epoch for t in check.trainings},
+            **{f"member_check_seed_{t.seed}_auc": t.best_val_auc for t in check.trainings},
+            "member_check_rows": check.rows.height,
+            "train_rows": transformer[0].train_rows,
         }
     )
-    mlflow.log_text(comparison.markdown(), "evaluation/comparison.md")
-    calibrated = {
-        m.name: comparison.calibrators[m.name].probabilities(logit(m.test)) for m in models
-    }
-    expeditions = held_out_expeditions(backtest, test_rows, calibrated)
-    if expeditions is not None:
-        mlflow.log_metrics(expeditions.metrics("test_expeditions_"))
-        mlflow.log_text(expeditions.markdown(), "evaluation/expeditions.md")
-    mlflow.log_dict(
-        _group_aucs(test_rows, arrays["test"].label, calibrated[TRANSFORMER]),
-        "evaluation/auc_by_group.json",
+    mlflow.log_text(evaluation.comparison.markdown(), "evaluation/comparison.md")
+    mlflow.log_text(
+        f"Member check: the member rows of {', '.join(map(str, check.years))}, answered by the "
+        "recipe trained on the years before them.\n\n"
+        + "\n".join(table.markdown() for table in groups.values()),
+        "evaluation/member_groups.md",
     )
-    _log_plots(run_dir / "plots", arrays, models, calibrated, results[0])
-    return comparison, calibrated, expeditions
+    if evaluation.expeditions is not None:
+        mlflow.log_metrics(evaluation.expeditions.metrics("test_expeditions_"))
+        mlflow.log_text(evaluation.expeditions.markdown(), "evaluation/expeditions.md")
 
 
 def held_out_expeditions(
-    backtest: BacktestConfig, test_rows: pl.DataFrame, calibrated: dict[str, np.ndarray]
+    backtest: BacktestConfig, test_rows: pl.DataFrame, served: dict[str, np.ndarray]
 ) -> ExpeditionTable | None:
     """The test split's expedition records judged by expedition (deepsummit/train/
     expeditions.py): their members share one P, so ranking members within them says nothing.
@@ -85,50 +154,32 @@ def held_out_expeditions(
     rows = test_rows.filter(pl.Series(is_record)).select("expid", "year", "season", "label")
     return expedition_table(
         rows.with_columns(
-            **{name: pl.Series(values[is_record]) for name, values in calibrated.items()}
+            **{name: pl.Series(values[is_record]) for name, values in served.items()}
         ),
-        tuple(calibrated),
+        tuple(served),
         backtest.min_season_expeditions,
         backtest.unscored_seasons,
     )
 
 
-def compare_with_seeds(
-    models: list[ModelPredictions],
-    results: list[TrainResult],
-    arrays: dict[str, FeatureArrays],
-    test_groups: np.ndarray,
-    calibration: Method,
-) -> Comparison:
-    """The models compared on the test rows (deepsummit/train/comparison.py), the transformer's
-    seeds' spread beside them."""
-    comparison = compare(
-        models, arrays["validation"].label, arrays["test"].label, test_groups, calibration
-    )
-    calibrator = comparison.calibrators[TRANSFORMER]
-    return dataclasses.replace(comparison, seeds=seed_spread(results, arrays, calibrator))
-
-
 def seed_spread(
-    results: list[TrainResult], arrays: dict[str, FeatureArrays], calibrator: Calibrator
+    results: list[TrainResult], test: FeatureArrays, calibrator: Calibrator
 ) -> SeedSpread:
     """Each seed's validation and test AUC, and the mean width of the band of every member's
     calibrated probability on the test rows (what `predict` shows as the band)."""
-    ones = np.ones((1, len(arrays["test"])))
-    inputs = arrays["test"].model_inputs()
+    ones = np.ones((1, len(test)))
+    inputs = test.model_inputs()
     per_seed = [ensemble_probability(member_logits([r.model], inputs)) for r in results]
     members = calibrator.probabilities(member_logits([r.model for r in results], inputs))
     return SeedSpread(
         tuple(r.seed for r in results),
         tuple(r.best_val_auc for r in results),
-        tuple(float(weighted_auc(arrays["test"].label, p, ones)[0]) for p in per_seed),
+        tuple(float(weighted_auc(test.label, p, ones)[0]) for p in per_seed),
         float((members.max(0) - members.min(0)).mean()),
     )
 
 
-def _group_aucs(
-    test_rows: pl.DataFrame, labels: np.ndarray, probabilities: np.ndarray
-) -> dict[str, dict[str, float | None]]:
+def _group_aucs(test_rows: pl.DataFrame, labels: np.ndarray, probabilities: np.ndarray) -> None:
     groups = {}
     for column in ("peakid", "season"):
         aucs = auc_by_group(labels, probabilities, test_rows[column].fill_null("unknown"))
@@ -136,32 +187,28 @@ def _group_aucs(
         mlflow.log_metrics(
             {f"test_auc_{column}_{k}": v for k, v in aucs.items() if not np.isnan(v)}
         )
-    return groups
+    mlflow.log_dict(groups, "evaluation/auc_by_group.json")
 
 
 def _log_plots(
     directory: Path,
-    arrays: dict[str, FeatureArrays],
+    labels: np.ndarray,
     models: list[ModelPredictions],
-    calibrated: dict[str, np.ndarray],
+    served: dict[str, np.ndarray],
     first: TrainResult,
 ) -> None:
-    """ROC, reliability before and after calibration, and the first seed's learning
-    curve."""
-    labels = arrays["test"].label
+    """ROC, reliability before and after the map, and the first seed's learning curve."""
     log_plots(
         directory,
         [
-            plot_roc(labels, calibrated, directory / "roc.png"),
+            plot_roc(labels, served, directory / "roc.png"),
             plot_calibration(
                 labels,
                 {m.name: m.test for m in models},
                 directory / "calibration_before.png",
-                "before calibration",
+                "before the map",
             ),
-            plot_calibration(
-                labels, calibrated, directory / "calibration.png", "after calibration"
-            ),
+            plot_calibration(labels, served, directory / "calibration.png", "as served"),
         ],
         first.history,
     )

@@ -1,5 +1,6 @@
-"""How the train stage shares the machine's cores: the evaluation's transformer, the baselines
-beside it in a thread, and a refit beside both in a process of its own.
+"""How the train stage's trainings share the machine's cores: the held-out checks' transformer
+trainings one after the other, the baselines beside them in a thread, and the refit on every
+season beside both in a process of its own.
 
 A second torch thread speeds a `cpu` training step up by a tenth only (0.084 s on one, 0.078 s
 on two), so on two cores each training takes one thread and the baselines' half minute all but
@@ -16,13 +17,28 @@ from dataclasses import dataclass
 from multiprocessing.pool import AsyncResult
 from pathlib import Path
 
+import polars as pl
 import torch
 from threadpoolctl import threadpool_limits
 
+from deepsummit.contracts.arrays import FeatureArrays
 from deepsummit.contracts.preprocessing import Preprocessor
 from deepsummit.contracts.snapshot import PREPROCESSING_FILE, read_features, read_windows
 from deepsummit.core.config import TrainConfig
-from deepsummit.train.recipe import Recipe, Refit, refit
+from deepsummit.core.context import Progress, partial_progress
+from deepsummit.train.baselines import ModelPredictions, run_baselines
+from deepsummit.train.recipe import (
+    EpochLog,
+    MemberCheck,
+    Recipe,
+    Refit,
+    check_inputs,
+    member_check,
+    prefixed,
+    preprocessing_for,
+    refit,
+    report_epochs,
+)
 
 
 @dataclass(frozen=True)
@@ -44,18 +60,15 @@ def core_split(config: TrainConfig, refit_beside: bool) -> Cores:
 
 
 def refit_snapshot(recipe: Recipe, directory: Path, checkpoints: Path) -> Refit:
-    """The refit of the snapshot at `directory` for the epochs a recipe that keeps its last
-    epoch runs (every seed trains `max_epochs`), reporting nothing: it runs in a process of its
-    own (`refit_beside`)."""
+    """The refit on every season of the snapshot at `directory` for the epochs a recipe that
+    keeps its last epoch runs (every seed trains `max_epochs`), reporting nothing: it runs in a
+    process of its own (`refit_beside`)."""
     config = recipe.training
     epochs = {config.seed + offset: config.max_epochs for offset in range(config.seeds)}
+    rows, windows = read_features(directory), read_windows(directory)
+    template = Preprocessor.load(directory / PREPROCESSING_FILE)
     return refit(
-        recipe,
-        read_features(directory),
-        read_windows(directory),
-        Preprocessor.load(directory / PREPROCESSING_FILE),
-        epochs,
-        checkpoints,
+        recipe, rows, windows, preprocessing_for(template, rows, windows), epochs, checkpoints
     )
 
 
@@ -106,3 +119,81 @@ def side_by_side(config: TrainConfig, refit_beside: bool = False) -> Iterator[Si
             )
         finally:
             torch.set_num_threads(threads)
+
+
+@dataclass(frozen=True)
+class Trained:
+    """The recipe's three trainings, and the baselines: what the stage judges and registers."""
+
+    check: MemberCheck  # the newest member seasons before the test split
+    newest: Refit  # every season before the test split: it answers the test split
+    served: Refit  # every season: the model registered
+    baselines: list[ModelPredictions]  # trained as `newest` is, answering the test split
+    test: FeatureArrays  # the test split as `newest` and the baselines read it
+
+
+def train_recipe(
+    recipe: Recipe,
+    directory: Path,
+    rows: pl.DataFrame,
+    windows: pl.DataFrame,
+    template: Preprocessor,
+    checkpoints: Path,
+    progress: Progress,
+    epoch_log: EpochLog | None,
+) -> Trained:
+    """The member check and the model that answers the test split, one after the other; the
+    baselines beside them on one core; the refit on every season beside both (a recipe that
+    keeps its last epoch) or after them (one that keeps its best needs the check's epochs).
+    `rows`: every attempt of the snapshot at `directory`, with its split."""
+    config = recipe.training
+    per_training = config.seeds * config.max_epochs
+    part = _parts(progress, per_training, epoch_log)
+    before = rows.filter(pl.col("split") != "test")
+    test_rows = rows.filter(pl.col("split") == "test")
+    newest_preprocessor = preprocessing_for(template, before, windows)
+    test = newest_preprocessor.transform(test_rows, windows)
+    cutoff = int(before["year"].max())
+    with refit_beside(recipe, directory, checkpoints / "refit") as early_refit:
+        with side_by_side(config, early_refit is not None) as cores:
+            baselines = cores.pool.submit(
+                run_baselines,
+                newest_preprocessor.transform(before, windows),
+                test,
+                newest_preprocessor.categorical_cardinalities,
+                cores.baselines,
+            )
+            own = Recipe(recipe.architecture, cores.transformer)
+            check = member_check(
+                own, check_inputs(own, rows, windows, template, cutoff),
+                checkpoints / "member-check", *part(0, "member check", "member_check_"),
+            )  # fmt: skip
+            epochs = check.epochs(config)
+            newest = refit(
+                own, before, windows, newest_preprocessor, epochs, checkpoints / "newest",
+                *part(1, "before the test split", ""),
+            )  # fmt: skip
+            trained_baselines = baselines.result()
+        if early_refit is None:
+            served = refit(
+                recipe, rows, windows, preprocessing_for(template, rows, windows), epochs,
+                checkpoints / "refit", *part(2, "refit on every season", "refit_"),
+            )  # fmt: skip
+        else:
+            served = early_refit.get()
+            report_epochs(served.results, config, *part(2, "refit on every season", "refit_"))
+    return Trained(check, newest, served, trained_baselines, test)
+
+
+def _parts(progress: Progress, per_training: int, epoch_log: EpochLog | None):
+    """(progress, epoch log) of the stage's i-th training of three: its epochs counted after
+    the trainings before it, its progress and its metrics named."""
+
+    def part(index: int, label: str, prefix: str) -> tuple[Progress, EpochLog | None]:
+        share = partial_progress(progress, index * per_training, 3 * per_training)
+        return (
+            lambda done, total, message: share(done, total, f"{label}, {message}"),
+            prefixed(epoch_log, prefix),
+        )
+
+    return part

@@ -24,15 +24,22 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from deepsummit.contracts.arrays import FeatureArrays, ensemble_probability, member_logits
+from deepsummit.contracts.arrays import (
+    FeatureArrays,
+    ensemble_logit,
+    ensemble_probability,
+    member_logits,
+)
+from deepsummit.contracts.calibration import Calibrator, Method
 from deepsummit.contracts.preprocessing import Preprocessor
 from deepsummit.core.config import Settings, TrainConfig
 from deepsummit.core.context import Progress, no_progress
+from deepsummit.core.errors import PipelineError
 from deepsummit.core.seasons import newest_season
 from deepsummit.model.config import ModelConfig
 from deepsummit.train.baselines import ModelPredictions
 from deepsummit.train.comparison import TRANSFORMER
-from deepsummit.train.trainer import EpochRecord, TrainResult, train_model
+from deepsummit.train.trainer import EpochRecord, TrainingSummary, TrainResult, train_model
 
 # An epoch's record and the prefix its metrics carry ("seed_42_", "refit_seed_42_").
 EpochLog = Callable[[EpochRecord, str], None]
@@ -144,43 +151,79 @@ def replace_seed(train_config: TrainConfig, seed: int) -> TrainConfig:
     return train_config.model_copy(update={"seed": seed})
 
 
+def prefixed(epoch_log: EpochLog | None, prefix: str) -> EpochLog | None:
+    """`epoch_log` with its metrics' names under `prefix` ("refit_" → "refit_seed_42_…")."""
+    if epoch_log is None:
+        return None
+    return lambda record, seed_prefix: epoch_log(record, f"{prefix}{seed_prefix}")
+
+
 @dataclass(frozen=True)
 class Refit:
-    """The evaluated recipe trained on every season of the snapshot: the model registered."""
+    """The recipe trained on every season of some rows (through the newest of them): the
+    registered model when the rows are every season there is, and the answer of a held-out
+    check when they stop before the seasons it judges."""
 
     results: list[TrainResult]
-    preprocessor: Preprocessor  # fitted on every season
+    preprocessor: Preprocessor  # fitted on those rows
     rows: int
     trained_through: str  # the newest season it learnt from, e.g. "2025 Spring"
+
+    def logits(self, rows: pl.DataFrame, windows: pl.DataFrame) -> np.ndarray:
+        """Every ensemble member's logit on `rows` (members × rows)."""
+        inputs = self.preprocessor.transform(rows, windows).model_inputs()
+        return member_logits([r.model for r in self.results], inputs)
+
+
+def preprocessing_for(
+    template: Preprocessor, rows: pl.DataFrame, windows: pl.DataFrame
+) -> Preprocessor:
+    """The preprocessing of `template` (its settings: weather source, thresholds, inputs)
+    learnt anew from `rows`: what a recipe trained on them reads."""
+    return template.refit(rows, windows, trained_on=f"every season through {newest_season(rows)}")
 
 
 def refit(
     recipe: Recipe,
     rows: pl.DataFrame,
     windows: pl.DataFrame,
-    evaluated: Preprocessor,
+    preprocessor: Preprocessor,
     epochs: dict[int, int],
     checkpoints: Path,
     progress: Progress = no_progress,
     epoch_log: EpochLog | None = None,
 ) -> Refit:
-    """Each seed trained again on `rows` (every season through the newest), for the epochs its
-    evaluation kept (`epochs`: seed → epochs; the same schedule, so the same steps of it), with
-    the evaluation's preprocessing (`evaluated`) refitted on them. Nothing is held out, so
-    nothing is judged here: the evaluation judged the recipe."""
-    preprocessor = evaluated.refit(rows, windows, trained_on="every season")
+    """Each seed trained on `rows` for the epochs the recipe trains (`epochs`: seed → epochs;
+    the same schedule, so the same steps of it), reading them through `preprocessor` (learnt
+    from them: `preprocessing_for`). Nothing is held out, so nothing is judged here."""
     arrays = preprocessor.transform(rows, windows)
     arrays = with_recency(arrays, rows["year"].to_numpy(), recipe.training)
+    return refit_arrays(
+        recipe, arrays, preprocessor, newest_season(rows), epochs, checkpoints, progress, epoch_log
+    )
+
+
+def refit_arrays(
+    recipe: Recipe,
+    train: FeatureArrays,
+    preprocessor: Preprocessor,
+    trained_through: str,
+    epochs: dict[int, int],
+    checkpoints: Path,
+    progress: Progress = no_progress,
+    epoch_log: EpochLog | None = None,
+) -> Refit:
+    """`refit` of rows already read through `preprocessor` (and weighted by recency)."""
     results = train_seeds(
         recipe,
-        {"train": arrays, "validation": None},
+        {"train": train, "validation": None},
         preprocessor.model_dimensions(),
         checkpoints,
         progress,
         epoch_log,
         epochs=epochs,
     )
-    return Refit(results, preprocessor, results[0].train_rows, newest_season(rows))
+    return Refit(results, preprocessor, results[0].train_rows, trained_through)
 
 
 def kept_epochs(evaluation: list[TrainResult]) -> dict[int, int]:
@@ -188,24 +231,124 @@ def kept_epochs(evaluation: list[TrainResult]) -> dict[int, int]:
     return {result.seed: result.best_epoch for result in evaluation}
 
 
-def transformer_predictions(
-    results: list[TrainResult], arrays: dict[str, FeatureArrays]
-) -> ModelPredictions:
-    """The ensemble's probabilities (its members' mean probability, over every seed) on
-    validation and test, with its cost."""
+def member_years(rows: pl.DataFrame, cutoff: int, count: int) -> tuple[int, ...]:
+    """The `count` newest years, at or before `cutoff`, of rows with members' own records."""
+    years = rows.filter((pl.col("record") == "member") & (pl.col("year") <= cutoff))["year"]
+    return tuple(sorted(years.unique().to_list())[-count:])
+
+
+@dataclass(frozen=True)
+class MemberCheck:
+    """The recipe judged on the newest seasons of members' own records before a cutoff,
+    trained on the seasons before them. Each member's own outcome is known there, so the map
+    from the network's logit to the answer is fitted on these rows (an expedition record gives
+    its members one P while their outcomes differ, which would pull every answer toward 0.5);
+    and a recipe that keeps its best epoch counts its epochs here."""
+
+    years: tuple[int, ...]
+    rows: pl.DataFrame  # the member rows of `years`
+    logits: np.ndarray  # every ensemble member's logit on them (members × rows)
+    trainings: tuple[TrainingSummary, ...]
+
+    @property
+    def labels(self) -> np.ndarray:
+        return self.rows["label"].cast(pl.Float64).to_numpy()
+
+    def epochs(self, config: TrainConfig) -> dict[int, int]:
+        """Seed → the epochs the recipe trains: those this check kept, or the whole schedule
+        for a recipe that keeps its last."""
+        if config.keep == "best":
+            return {t.seed: t.best_epoch for t in self.trainings}
+        return {t.seed: config.max_epochs for t in self.trainings}
+
+    def calibrator(self, method: Method) -> Calibrator:
+        """The map the recipe's answers go through, fitted on every row of the check."""
+        return Calibrator.fit(method, ensemble_logit(self.logits), self.labels)
+
+    def out_of_fold(self, method: Method) -> np.ndarray:
+        """The answers on the check's rows, each year's through a map fitted on the other
+        years: what the map does to rows it was not fitted on."""
+        years = self.rows["year"].to_numpy()
+        logit = ensemble_logit(self.logits)
+        answers = np.empty(len(logit))
+        for year in self.years:
+            held = years == year
+            fitted = Calibrator.fit(method, logit[~held], self.labels[~held])
+            answers[held] = fitted.probabilities(logit[held])
+        return answers
+
+
+@dataclass(frozen=True)
+class CheckInputs:
+    """What a member check trains on and answers: the years before the check's, the check's
+    years (all their rows: what early stopping reads) and their member rows."""
+
+    years: tuple[int, ...]
+    members: pl.DataFrame  # the member rows of `years`
+    preprocessor: Preprocessor  # learnt from the years before them
+    arrays: dict[str, FeatureArrays]  # "train" (recency-weighted), "validation"
+    member_arrays: FeatureArrays
+
+
+def check_inputs(
+    recipe: Recipe, rows: pl.DataFrame, windows: pl.DataFrame, template: Preprocessor, cutoff: int
+) -> CheckInputs:
+    """The inputs of the check for a model trained through `cutoff`: the
+    `training.member_check_years` newest years of members' own records at or before it."""
+    years = member_years(rows, cutoff, recipe.training.member_check_years)
+    if not years:
+        raise PipelineError(f"no member records at or before {cutoff}: nothing to calibrate on")
+    before = rows.filter(pl.col("year") < years[0])
+    judged = rows.filter(pl.col("year").is_in(years))
+    members = judged.filter(pl.col("record") == "member")
+    preprocessor = preprocessing_for(template, before, windows)
+    train = preprocessor.transform(before, windows)
+    return CheckInputs(
+        years,
+        members,
+        preprocessor,
+        {
+            "train": with_recency(train, before["year"].to_numpy(), recipe.training),
+            "validation": preprocessor.transform(judged, windows),
+        },
+        preprocessor.transform(members, windows),
+    )
+
+
+def member_check(
+    recipe: Recipe,
+    inputs: CheckInputs,
+    checkpoints: Path,
+    progress: Progress = no_progress,
+    epoch_log: EpochLog | None = None,
+) -> MemberCheck:
+    """The recipe trained on the years before the check's, validated on the check's years, its
+    answers kept on their member rows."""
+    results = train_seeds(
+        recipe,
+        inputs.arrays,
+        inputs.preprocessor.model_dimensions(),
+        checkpoints,
+        progress,
+        epoch_log,
+    )
+    logits = member_logits([r.model for r in results], inputs.member_arrays.model_inputs())
+    return MemberCheck(
+        inputs.years, inputs.members, logits, tuple(TrainingSummary.of(r) for r in results)
+    )
+
+
+def transformer_predictions(results: list[TrainResult], test: FeatureArrays) -> ModelPredictions:
+    """The ensemble's probability (its members' mean probability, over every seed) on `test`,
+    with its cost."""
     networks = [r.model for r in results]
 
     def ensemble(rows: FeatureArrays) -> np.ndarray:
         return ensemble_probability(member_logits(networks, rows.model_inputs()))
 
     started = time.perf_counter()
-    test = ensemble(arrays["test"])
-    per_1000 = (time.perf_counter() - started) / max(1, len(arrays["test"])) * 1000
+    answers = ensemble(test)
+    per_1000 = (time.perf_counter() - started) / max(1, len(test)) * 1000
     return ModelPredictions(
-        TRANSFORMER,
-        ensemble(arrays["validation"]),
-        test,
-        sum(r.seconds for r in results),
-        per_1000,
-        ensemble,
+        TRANSFORMER, answers, sum(r.seconds for r in results), per_1000, ensemble
     )

@@ -3,18 +3,21 @@ and load a registered version only when its files are the ones registered.
 
 The gate compares recipes, each judged out of time. A registered version was refit on every
 season through its newest (deepsummit/train/stage.py), so it has learnt the rows any later test
-split holds; what the gate compares are the evaluation's predictions on held-out rows, which
-every version keeps in its run (`evaluation/test_predictions.parquet`): the new version's
-against the champion's, on the test rows both held out (all of them when the test split is the
-same; where the records moved on, the seasons both tests cover). A paired bootstrap over
-expeditions of AUC(new) − AUC(champion) (deepsummit/train/bootstrap.py) decides: the new
-version becomes champion only when the lower bound of that difference's 95% interval is above
-0, or when there is no usable champion: none yet, one that reads inputs known only after the
+split holds; what the gate compares are the evaluation's answers on held-out rows, which every
+version keeps in its run: the test split's (`evaluation/test_predictions.parquet`) and the
+member check's (`evaluation/member_predictions.parquet`), the new version's against the
+champion's on the rows both held out. Paired bootstraps over expeditions decide
+(deepsummit/train/bootstrap.py): the new version becomes champion only when the lower bound of
+the 95% interval of AUC(new) − AUC(champion) on the test rows is above 0, and it is not worse
+calibrated by member group beyond noise (the lower bound of the interval of its group error
+minus the champion's, deepsummit/train/member_groups.py, is not above 0; a champion that keeps
+no member-check answers is compared on the AUC alone, and the decision says so). It is also
+promoted when there is no usable champion: none yet, one that reads inputs known only after the
 climb (or does not say), or one that was never refit on its newest seasons (it records no
-`trained_through`). Retraining on unchanged data gives the same predictions, a difference of 0,
-and never moves the alias. A champion trained on another weather source, or whose held-out rows
+`trained_through`). Retraining on unchanged data gives the same answers, differences of 0, and
+never moves the alias. A champion trained on another weather source, or whose held-out rows
 share too few with this run's, is not compared: no automatic decision then. Every decision, the
-difference and its interval are written on the new version (tags and description).
+differences and their intervals are written on the new version (tags and description).
 """
 
 from __future__ import annotations
@@ -42,16 +45,19 @@ from deepsummit.contracts.champion import (
     TAG_WEATHER_SOURCE,
     current_champion,
 )
-from deepsummit.core.config import MlflowConfig
+from deepsummit.core.config import BacktestConfig, MlflowConfig
 from deepsummit.core.errors import PipelineError
 from deepsummit.core.inputs import Known
 from deepsummit.core.planned import KEY_COLUMNS
 from deepsummit.serve.pyfunc import MODEL_CODE_FILE, signature
 from deepsummit.train.bootstrap import Interval, paired_auc_difference, replicate_weights
+from deepsummit.train.comparison import difference_name
+from deepsummit.train.member_groups import ALL_PEAKS, group_calibration
 
 logger = logging.getLogger(__name__)
 
 PREDICTIONS_ARTIFACT = "evaluation/test_predictions.parquet"
+MEMBER_PREDICTIONS_ARTIFACT = "evaluation/member_predictions.parquet"
 # Fewer shared held-out rows than this, or one outcome only among them: not compared.
 MIN_COMPARED_ROWS = 200
 
@@ -64,7 +70,10 @@ class Candidate:
     test_digest: str
     weather_source: str
     inputs_known_by: Known
-    predictions: pl.DataFrame  # KEY_COLUMNS, label, probability (calibrated) per test row
+    predictions: pl.DataFrame  # KEY_COLUMNS, label, probability (as served) per test row
+    # The member check's rows: KEY_COLUMNS, peakid, label, the member groups' columns and the
+    # probability judged there.
+    member_predictions: pl.DataFrame
     trained_through: str  # the newest season the registered model learnt from
 
 
@@ -74,23 +83,48 @@ class GateDecision:
     reason: str
     previous_champion: str | None  # version number, None when there was none
     difference: Interval | None  # AUC(new) − AUC(champion) on the same rows, when compared
+    # group error(new) − group error(champion) on the member check's shared rows, when compared
+    group_difference: Interval | None = None
 
 
-def _champion_predictions(
-    config: MlflowConfig, champion: ModelVersion, candidate: Candidate
-) -> tuple[pl.DataFrame, str]:
-    """The champion's evaluation's calibrated probabilities on the held-out rows it shares with
-    the candidate's, and which rows those are."""
+def _champion_answers(config: MlflowConfig, champion: ModelVersion, artifact: str) -> pl.DataFrame:
+    """The champion's evaluation's answers on held-out rows, as its run keeps them."""
     local = mlflow.artifacts.download_artifacts(
-        run_id=champion.run_id, artifact_path=PREDICTIONS_ARTIFACT, tracking_uri=config.tracking_uri
+        run_id=champion.run_id, artifact_path=artifact, tracking_uri=config.tracking_uri
     )
-    theirs = pl.read_parquet(local)
-    if champion.tags.get(TAG_TEST_DIGEST) == candidate.test_digest:
-        return theirs, "on the same test split, held out by both"
-    return theirs, "on the test rows both held out (the records moved on)"
+    return pl.read_parquet(local)
 
 
-def decide(client: MlflowClient, config: MlflowConfig, candidate: Candidate) -> GateDecision:
+def _group_verdict(
+    config: MlflowConfig, judging: BacktestConfig, champion: ModelVersion, candidate: Candidate
+) -> tuple[Interval | None, str]:
+    """group error(new) − group error(champion) on the member check's rows both answered, and
+    what it says; (None, why) when the champion keeps no member-check answers to pair with."""
+    try:
+        theirs = _champion_answers(config, champion, MEMBER_PREDICTIONS_ARTIFACT)
+    except Exception:  # a champion from before the member check: the AUC decides alone
+        return None, "member groups not compared: the champion keeps no member-check answers"
+    paired = candidate.member_predictions.join(
+        theirs.select(*KEY_COLUMNS, champion=pl.col("probability")), on=KEY_COLUMNS
+    )
+    if paired.height < MIN_COMPARED_ROWS:
+        return None, f"member groups not compared: {paired.height} member rows in common"
+    groups = group_calibration(
+        paired,
+        {"new": paired["probability"].to_numpy(), "champion": paired["champion"].to_numpy()},
+        ALL_PEAKS,
+        judging.min_group_members,
+    )
+    difference = groups.differences[difference_name("new", "champion")]
+    return difference, (
+        f"group error against the champion {difference.render(4)} over {paired.height:,} "
+        "member-check rows (refused when the 95% interval is above 0)"
+    )
+
+
+def decide(
+    client: MlflowClient, config: MlflowConfig, judging: BacktestConfig, candidate: Candidate
+) -> GateDecision:
     """Compare the candidate with the current champion (see the module docstring)."""
     alias = config.champion_alias
     if candidate.inputs_known_by is Known.AFTER_CLIMB:
@@ -134,7 +168,7 @@ def decide(client: MlflowClient, config: MlflowConfig, candidate: Candidate) -> 
             None,
         )
     try:
-        theirs, basis = _champion_predictions(config, champion, candidate)
+        theirs = _champion_answers(config, champion, PREDICTIONS_ARTIFACT)
     except Exception as error:  # its predictions are gone: no automatic decision
         logger.warning("champion v%s's held-out predictions could not be read: %s", version, error)
         return GateDecision(
@@ -164,14 +198,23 @@ def decide(client: MlflowClient, config: MlflowConfig, candidate: Candidate) -> 
         paired["champion"].to_numpy(),
         replicate_weights(groups),
     )
-    promoted = difference.low > 0
-    verdict = "beats" if promoted else "does not beat"
+    group_difference, groups = _group_verdict(config, judging, champion, candidate)
+    worse_by_group = group_difference is not None and group_difference.low > 0
+    promoted = difference.low > 0 and not worse_by_group
+    verdict = "beats" if difference.low > 0 else "does not beat"
+    same = champion.tags.get(TAG_TEST_DIGEST) == candidate.test_digest
+    basis = (
+        "on the same test split, held out by both"
+        if same
+        else "on the test rows both held out (the records moved on)"
+    )
     reason = (
         f"held-out AUC difference against champion v{version} {difference.render(4)} over "
         f"{paired.height:,} rows: {verdict} it beyond noise (promoted only when the 95% "
-        f"interval is above 0; {basis}; test split {candidate.test_digest[:12]})"
+        f"interval is above 0; {basis}; test split {candidate.test_digest[:12]}); {groups}"
+        + ("; refused: worse calibrated by member group beyond noise" if worse_by_group else "")
     )
-    return GateDecision(promoted, reason, version, difference)
+    return GateDecision(promoted, reason, version, difference, group_difference)
 
 
 def record_decision(
@@ -200,6 +243,12 @@ def record_decision(
             "auc_difference_ci_high": repr(decision.difference.high),
             "compared_with": str(decision.previous_champion),
         }
+    if decision.group_difference is not None:
+        tags |= {
+            "group_error_difference": repr(decision.group_difference.estimate),
+            "group_error_difference_ci_low": repr(decision.group_difference.low),
+            "group_error_difference_ci_high": repr(decision.group_difference.high),
+        }
     for key, value in tags.items():
         client.set_model_version_tag(name, candidate.version, key, value)
     headline = f"@{alias}" if decision.promoted else "challenger (not champion)"
@@ -209,9 +258,11 @@ def record_decision(
     logger.info("model %s v%s: %s", name, candidate.version, decision.reason)
 
 
-def gate(client: MlflowClient, config: MlflowConfig, candidate: Candidate) -> GateDecision:
-    """Decide and record; the candidate's facts and predictions are kept first so that a later
-    gate can compare with it."""
+def gate(
+    client: MlflowClient, config: MlflowConfig, judging: BacktestConfig, candidate: Candidate
+) -> GateDecision:
+    """Decide and record; the candidate's facts and answers are kept first so that a later
+    gate can compare with it. `judging`: the member groups' threshold."""
     name = config.registered_model
     for key, value in (
         (TAG_TEST_DIGEST, candidate.test_digest),
@@ -220,12 +271,16 @@ def gate(client: MlflowClient, config: MlflowConfig, candidate: Candidate) -> Ga
         (TAG_TRAINED_THROUGH, candidate.trained_through),
     ):
         client.set_model_version_tag(name, candidate.version, key, value)
+    run_id = client.get_model_version(name, candidate.version).run_id
     with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / Path(PREDICTIONS_ARTIFACT).name
-        candidate.predictions.write_parquet(path)
-        run_id = client.get_model_version(name, candidate.version).run_id
-        client.log_artifact(run_id, str(path), str(Path(PREDICTIONS_ARTIFACT).parent))
-    decision = decide(client, config, candidate)
+        for artifact, frame in (
+            (PREDICTIONS_ARTIFACT, candidate.predictions),
+            (MEMBER_PREDICTIONS_ARTIFACT, candidate.member_predictions),
+        ):
+            path = Path(folder) / Path(artifact).name
+            frame.write_parquet(path)
+            client.log_artifact(run_id, str(path), str(Path(artifact).parent))
+    decision = decide(client, config, judging, candidate)
     record_decision(client, config, candidate, decision)
     return decision
 

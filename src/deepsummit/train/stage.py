@@ -1,20 +1,23 @@
-"""The train stage: features snapshot → a recipe judged out of time, then the model that recipe
-trains on every season, registered and gated.
+"""The train stage: features snapshot → the recipe judged as it is served, then the model that
+recipe trains on every season, registered and gated.
 
 One MLflow run per call: parameters, per-epoch metrics (live), the snapshot as a dataset input.
+Every check answers with the recipe as served: trained on every season before the seasons it
+answers, through the calibration map the member check fits (deepsummit/train/recipe.py).
 
-1. The evaluation. The transformer (its ensemble members; `train.seeds` trainings of them) is
-   trained on the train split and validated on the next seasons, and judged with the baselines
-   (logistic regression, LightGBM, CatBoost, on identical inputs) on the newest seasons, the test
-   split: every model calibrated on the validation split, compared with bootstrap intervals over
-   expeditions (deepsummit/train/comparison.py), plots.
-2. The refit. The same recipe (architecture, training settings, the epochs the evaluation ran,
-   its calibration) trains on every season of the snapshot, through the newest: that is the
-   model registered (deepsummit/contracts/artifact.py), and the run records the newest season it
-   learnt from (`trained_through`). A recipe that keeps its last epoch refits beside the
-   evaluation, in a process of its own (`refit_beside`); one that keeps its best waits for it.
-3. The gate compares recipes on held-out rows: the evaluation's test predictions against the
-   champion's own (deepsummit/train/registry.py), never a model on rows it learnt from.
+1. The member check: the recipe trained on the years before the newest seasons of members' own
+   records (before the test split), answering those members. The map is fitted there; the
+   answers are judged member group by member group (deepsummit/train/member_groups.py).
+2. The test split (the newest seasons): the recipe trained on every season before it, against
+   the baselines trained on the same rows, with bootstrap intervals over expeditions
+   (deepsummit/train/evaluation.py).
+3. The refit: the recipe trained on every season of the snapshot, through the newest: the model
+   registered (deepsummit/contracts/artifact.py), with the map of step 1. It trains beside
+   steps 1 and 2 in a process of its own when the recipe keeps its last epoch
+   (deepsummit/train/parallel.py).
+4. The gate compares recipes on held-out rows: the test split's answers and the member check's
+   against the champion's own (deepsummit/train/registry.py), never a model on rows it learnt
+   from.
 """
 
 from __future__ import annotations
@@ -25,43 +28,33 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import mlflow
-import numpy as np
 import pandas as pd
 import polars as pl
 from mlflow import MlflowClient
 from mlflow.data.sources import LocalArtifactDatasetSource
 
-from deepsummit.contracts.arrays import FeatureArrays
 from deepsummit.contracts.artifact import ModelArtifact
+from deepsummit.contracts.calibration import Calibrator
+from deepsummit.contracts.member_groups import MEMBER_COLUMNS
 from deepsummit.contracts.monitor import training_profile
 from deepsummit.contracts.preprocessing import Preprocessor
 from deepsummit.contracts.snapshot import (
     PLANNED_TEST_FILE,
+    PREPROCESSING_FILE,
     SNAPSHOT_FILE,
-    load_features,
     load_history,
     read_features,
     read_windows,
 )
-from deepsummit.core.config import Settings, TrainConfig
-from deepsummit.core.context import REGISTRY, Progress, RunContext, partial_progress
+from deepsummit.core.config import Settings
+from deepsummit.core.context import REGISTRY, RunContext
 from deepsummit.core.planned import KEY_COLUMNS
 from deepsummit.core.warehouse import frame_digest
-from deepsummit.train.baselines import configured_baselines
 from deepsummit.train.comparison import TRANSFORMER, Comparison
-from deepsummit.train.evaluation import evaluate
-from deepsummit.train.expeditions import ExpeditionTable
-from deepsummit.train.parallel import refit_beside, side_by_side
-from deepsummit.train.recipe import (
-    EpochLog,
-    Recipe,
-    Refit,
-    kept_epochs,
-    refit,
-    report_epochs,
-    train_seeds,
-    with_recency,
-)
+from deepsummit.train.evaluation import Evaluation, HeldOut, evaluate
+from deepsummit.train.member_groups import ALL_PEAKS
+from deepsummit.train.parallel import Trained, train_recipe
+from deepsummit.train.recipe import MemberCheck, Recipe, Refit
 from deepsummit.train.registry import Candidate, GateDecision, gate, log_and_register
 from deepsummit.train.tracking import (
     TRAINING_RUN,
@@ -86,50 +79,65 @@ class TrainReport:
     model_version: str
     champion: bool
     decision_reason: str
-    comparison: Comparison
-    expeditions: ExpeditionTable | None  # the test split's expedition records, by expedition
+    evaluation: Evaluation
     tracking_uri: str
     run_url: str
     model_url: str
     weather_source: str
     digest: str  # the features table's content digest
     test_digest: str
-    rows: dict[str, int]  # attempts per split (train: the rows actually trained on), and refit
+    rows: dict[str, int]  # attempts: the test split, those before it, the check's, the refit's
+    member_check_years: tuple[int, ...]
+    calibrator: Calibrator  # the registered model's map, fitted on the member check
     seeds: tuple[int, ...]
-    best_epochs: tuple[int, ...]  # each seed's best epoch in the evaluation (the refit runs it)
-    epochs_run: tuple[int, ...]
+    epochs: tuple[int, ...]  # each seed's epochs in every training (the check kept them)
     inputs: tuple[str, ...]
     trained_through: str  # the newest season the registered model learnt from
 
-    def epochs_note(self) -> str:
-        """ "42, 43, 44 (best epochs 3/4, 4/4, 2/4)": each seed's best epoch of those run."""
-        best = ", ".join(f"{b}/{n}" for b, n in zip(self.best_epochs, self.epochs_run, strict=True))
-        return f"{', '.join(map(str, self.seeds))} (best epochs {best})"
+    @property
+    def comparison(self) -> Comparison:
+        return self.evaluation.comparison
+
+    def judged_line(self) -> str:
+        """What was judged on what, in one sentence."""
+        years = "–".join(map(str, self.member_check_years[:: len(self.member_check_years) - 1]))
+        return (
+            f"Judged as served: the test split's {self.rows['test']:,} attempts answered by the "
+            f"recipe trained on the {self.rows['before test']:,} before them; the member check's "
+            f"{self.rows['member check']:,} members of {years} by the recipe trained on the years "
+            f"before them (its map: {_describe(self.calibrator)}). Seeds "
+            f"{', '.join(map(str, self.seeds))}, epochs {', '.join(map(str, self.epochs))}. "
+            f"Registered: the recipe trained on all {self.rows['refit']:,} attempts, through "
+            f"{self.trained_through}."
+        )
 
     def expeditions_markdown(self) -> list[str]:
         """The test split's expedition records judged by expedition, when it has any."""
-        if self.expeditions is None:
+        if self.evaluation.expeditions is None:
             return []
         return [
             "Expedition records of the test split, expedition by expedition (each P is its "
-            "members' one P; AUC of the expedition's success within each season, Brier score of "
-            "its summit fraction, mean P against the members' summit fraction):",
+            "members' one P; AUC of the expedition's success within each season, Brier score "
+            "of its summit fraction, mean P against the members' summit fraction):",
             "",
-            self.expeditions.markdown(),
+            self.evaluation.expeditions.markdown(),
         ]
+
+    def member_groups_markdown(self) -> str:
+        """The member check judged member group by member group, all peaks."""
+        return "Member check, " + self.evaluation.member_groups[ALL_PEAKS].markdown()
 
     def render(self) -> str:
         status = "champion" if self.champion else "challenger"
         return "\n".join(
             [
-                f"test split: {self.rows['test']:,} attempts (train {self.rows['train']:,}, "
-                f"validation {self.rows['validation']:,}); weather source {self.weather_source}; "
-                f"features {self.digest[:12]}; {len(self.inputs)} tabular inputs",
+                self.judged_line(),
+                f"Weather source {self.weather_source}; features {self.digest[:12]}; "
+                f"{len(self.inputs)} tabular inputs.",
                 "",
                 self.comparison.markdown(),
                 *self.expeditions_markdown(),
-                f"registered: seeds {self.epochs_note()}, refit on all {self.rows['refit']:,} "
-                f"attempts through {self.trained_through}",
+                self.member_groups_markdown(),
                 f"{self.model_name} v{self.model_version} ({status}): {self.decision_reason}",
                 f"run:   {self.run_url}",
                 f"model: {self.model_url}",
@@ -137,115 +145,75 @@ class TrainReport:
         )
 
 
+def _describe(calibrator: Calibrator) -> str:
+    if calibrator.method == "temperature":
+        return f"temperature, logits × {calibrator.scale:.3f}"
+    return calibrator.method
+
+
 @dataclass(frozen=True)
 class TrainingData:
-    """A features snapshot as the train stage reads it: the arrays and rows of each split."""
+    """A features snapshot as the train stage reads it."""
 
     directory: Path
-    arrays: dict[str, FeatureArrays]
-    preprocessor: Preprocessor
+    preprocessor: Preprocessor  # the snapshot's: its settings are every training's
     snapshot: pl.DataFrame  # every attempt with its split (features.parquet)
     windows: pl.DataFrame  # their weather windows
-    rows: dict[str, pl.DataFrame]  # the snapshot's rows of each split, in the arrays' order
     digest: str  # of the whole snapshot table
     test_digest: str  # of its test rows: what the gate compares on
 
     @classmethod
     def read(cls, directory: Path) -> TrainingData:
-        arrays, preprocessor = load_features(directory)
         snapshot = read_features(directory)
-        rows = {name: snapshot.filter(pl.col("split") == name) for name in arrays}
-        if rows["test"].height != len(arrays["test"]):
-            raise ValueError(f"{directory}: snapshot and test.npz disagree on the test rows")
         return cls(
-            directory, arrays, preprocessor, snapshot, read_windows(directory), rows,
-            frame_digest(snapshot), frame_digest(rows["test"]),
-        )  # fmt: skip
+            directory,
+            Preprocessor.load(directory / PREPROCESSING_FILE),
+            snapshot,
+            read_windows(directory),
+            frame_digest(snapshot),
+            frame_digest(snapshot.filter(pl.col("split") == "test")),
+        )
 
-    def training_arrays(self, config: TrainConfig) -> dict[str, FeatureArrays]:
-        """The splits' arrays, the train split's rows weighted by recency (`with_recency`)."""
-        years = self.rows["train"]["year"].to_numpy()
-        return {**self.arrays, "train": with_recency(self.arrays["train"], years, config)}
-
-    @property
-    def counts(self) -> dict[str, int]:
-        return {split: len(arrays) for split, arrays in self.arrays.items()}
-
-    def groups(self, split: str) -> np.ndarray:
-        """Each row's expedition: what the bootstrap resamples."""
-        return self.rows[split].select(pl.format("{}/{}", "expid", "year")).to_series().to_numpy()
+    def split(self, name: str) -> pl.DataFrame:
+        return self.snapshot.filter(pl.col("split") == name)
 
 
 def train_and_register(
     settings: Settings, context: RunContext, features_snapshot: Path
 ) -> TrainReport:
-    """Judge the recipe out of time, refit it on every season, register and gate."""
+    """Judge the recipe as served, train it on every season, register and gate."""
     data = TrainingData.read(features_snapshot)
     checkpoints = checkpoint_folder(settings, data)
     bound_requests(settings.mlflow)
     wait_for_tracking(settings.mlflow, "before training")
     mlflow.set_tracking_uri(settings.mlflow.tracking_uri)
     experiment = mlflow.set_experiment(settings.mlflow.experiment)
-    epochs = 2 * settings.train.seeds * settings.train.max_epochs  # evaluation, then refit
     with training_run(run_tags(settings, context, data)) as run:
         log_inputs(settings, data)
-        refit_progress, refit_log = refit_reporting(
-            partial_progress(context.progress, epochs // 2, epochs),
-            guarded_epoch_log(settings.mlflow),
+        trained = train_recipe(
+            Recipe.of(settings), data.directory, data.snapshot, data.windows,
+            data.preprocessor, checkpoints, context.progress, guarded_epoch_log(settings.mlflow),
+        )  # fmt: skip
+        evaluation = evaluate(
+            HeldOut(data.split("test"), trained.test),
+            trained.newest.results,
+            trained.baselines,
+            trained.check,
+            settings.train.calibration,
+            settings.backtest,
+            context.run_dir,
         )
-        recipe = Recipe.of(settings)
-        with refit_beside(recipe, data.directory, checkpoints / "refit") as early_refit:
-            with side_by_side(settings.train, early_refit is not None) as cores:
-                baselines = cores.pool.submit(
-                    configured_baselines,
-                    data.arrays,
-                    data.preprocessor.categorical_cardinalities,
-                    cores.baselines,
-                )
-                results = train_seeds(
-                    Recipe(settings.model, cores.transformer),
-                    data.training_arrays(settings.train),
-                    data.preprocessor.model_dimensions(),
-                    checkpoints,
-                    partial_progress(context.progress, 0, epochs),
-                    guarded_epoch_log(settings.mlflow),
-                )
-                baseline_models = baselines.result()
-            comparison, calibrated, expeditions = evaluate(
-                data.arrays,
-                data.rows["test"],
-                data.groups("test"),
-                results,
-                baseline_models,
-                settings.train.calibration,
-                settings.backtest,
-                context.run_dir,
-            )
-            if early_refit is None:
-                served = refit(
-                    recipe,
-                    data.snapshot,
-                    data.windows,
-                    data.preprocessor,
-                    kept_epochs(results),
-                    checkpoints / "refit",
-                    refit_progress,
-                    refit_log,
-                )
-            else:
-                served = early_refit.get()
-                report_epochs(served.results, settings.train, refit_progress, refit_log)
+        calibrator = trained.check.calibrator(settings.train.calibration)
+        served = trained.served
         mlflow.log_params({"trained_through": served.trained_through, "rows.refit": served.rows})
-        artifact = model_artifact(data, served, comparison)
+        artifact = model_artifact(data, served, calibrator, evaluation)
         version = log_and_register(
             settings.mlflow,
             artifact.save(context.run_dir / "model"),
             planned_example(data),
             artifact,
         )
-        decision = gate_version(
-            settings, context, data, str(version.version), calibrated, served.trained_through
-        )
+        decision = gate_version(settings, context, data, str(version.version), trained, evaluation)
     shutil.rmtree(checkpoints, ignore_errors=True)  # the model is safe in the registry now
     run_url, model_url = ui_links(
         settings.mlflow.tracking_uri,
@@ -261,36 +229,36 @@ def train_and_register(
         model_version=str(version.version),
         champion=decision.promoted,
         decision_reason=decision.reason,
-        comparison=comparison,
-        expeditions=expeditions,
+        evaluation=evaluation,
         tracking_uri=settings.mlflow.tracking_uri,
         run_url=run_url,
         model_url=model_url,
         weather_source=data.preprocessor.weather_source,
         digest=data.digest,
         test_digest=data.test_digest,
-        rows={**data.counts, "train": results[0].train_rows, "refit": served.rows},
-        seeds=tuple(r.seed for r in results),
-        best_epochs=tuple(r.best_epoch for r in results),
-        epochs_run=tuple(len(r.history) for r in results),
+        rows=_rows(data, trained),
+        member_check_years=trained.check.years,
+        calibrator=calibrator,
+        seeds=tuple(r.seed for r in served.results),
+        epochs=tuple(len(r.history) for r in served.results),
         inputs=data.preprocessor.inputs.names,
         trained_through=served.trained_through,
     )
 
 
-def refit_reporting(progress: Progress, epoch_log: EpochLog) -> tuple[Progress, EpochLog]:
-    """`progress` and `epoch_log` for the refit: its progress says so, its metrics are
-    `refit_seed_<s>_…`."""
-    return (
-        lambda done, total, message: progress(done, total, f"refit on every season, {message}"),
-        lambda record, prefix: epoch_log(record, f"refit_{prefix}"),
-    )
+def _rows(data: TrainingData, trained: Trained) -> dict[str, int]:
+    return {
+        "test": len(trained.test),
+        "before test": trained.newest.rows,
+        "member check": trained.check.rows.height,
+        "refit": trained.served.rows,
+    }
 
 
 def checkpoint_folder(settings: Settings, data: TrainingData) -> Path:
     """Where this training resumes from after a crash: one folder per snapshot and settings."""
     config = settings.model.with_inputs(data.preprocessor.model_dimensions())
-    signature = checkpoint_signature(config, settings.train, len(data.arrays["train"]))
+    signature = checkpoint_signature(config, settings.train, data.snapshot.height)
     key = hashlib.sha256(f"{data.digest}:{signature}".encode()).hexdigest()[:16]
     return settings.train.checkpoint_dir / key
 
@@ -310,12 +278,13 @@ def run_tags(settings: Settings, context: RunContext, data: TrainingData) -> dic
 
 def log_inputs(settings: Settings, data: TrainingData) -> None:
     """The run's parameters, and the snapshot as its dataset input (with its digest)."""
+    counts = data.snapshot.group_by("split").len()
     mlflow.log_params(
         training_params(
             settings.profile,
             settings.model,
             settings.train,
-            data.counts,
+            dict(counts.iter_rows()),
             data.preprocessor.model_dimensions(),
             data.preprocessor.inputs.names,
         )
@@ -332,17 +301,19 @@ def log_inputs(settings: Settings, data: TrainingData) -> None:
     )
 
 
-def model_artifact(data: TrainingData, served: Refit, comparison: Comparison) -> ModelArtifact:
+def model_artifact(
+    data: TrainingData, served: Refit, calibrator: Calibrator, evaluation: Evaluation
+) -> ModelArtifact:
     """Everything the registered version needs to score a planned attempt
-    (deepsummit/contracts/artifact.py): the refit networks and preprocessing, the calibration
-    the evaluation chose, the history as of the snapshot's records, and every season's inputs
-    as the drift reference."""
+    (deepsummit/contracts/artifact.py): the refit networks and preprocessing, the map of the
+    member check, how the member check judged each member group, the history as of the
+    snapshot's records, and every season's inputs as the drift reference."""
     inputs = served.preprocessor.inputs
     return ModelArtifact(
         networks=[r.model for r in served.results],
         seeds=[r.seed for r in served.results],
         preprocessor=served.preprocessor,
-        calibrator=comparison.calibrators[TRANSFORMER],
+        calibrator=calibrator,
         history=load_history(data.directory),
         drift_reference=training_profile(
             data.snapshot,
@@ -350,6 +321,7 @@ def model_artifact(data: TrainingData, served: Refit, comparison: Comparison) ->
             inputs,
             f"every season through {served.trained_through} of features {data.digest[:12]}",
         ),
+        member_groups=evaluation.member_groups[ALL_PEAKS].as_json(),
         metadata={
             "weather_source": served.preprocessor.weather_source,
             "inputs": list(inputs.names),
@@ -372,27 +344,26 @@ def gate_version(
     context: RunContext,
     data: TrainingData,
     version: str,
-    calibrated: dict[str, np.ndarray],
-    trained_through: str,
+    trained: Trained,
+    evaluation: Evaluation,
 ) -> GateDecision:
-    """The champion gate on the evaluation's held-out test rows (one gate at a time: one
-    champion)."""
-    predictions = (
-        data.rows["test"]
-        .select("expid", "member_id", "year", "label")
-        .with_columns(probability=pl.Series(calibrated[TRANSFORMER]))
-    )
+    """The champion gate on the held-out rows: the test split's and the member check's (one
+    gate at a time: one champion)."""
     with context.exclusive(REGISTRY):
         decision = gate(
             MlflowClient(settings.mlflow.tracking_uri),
             settings.mlflow,
+            settings.backtest,
             Candidate(
                 version=version,
                 test_digest=data.test_digest,
                 weather_source=data.preprocessor.weather_source,
                 inputs_known_by=data.preprocessor.inputs.latest_known,
-                predictions=predictions,
-                trained_through=trained_through,
+                predictions=data.split("test")
+                .select(*KEY_COLUMNS, "label")
+                .with_columns(probability=pl.Series(evaluation.served[TRANSFORMER])),
+                member_predictions=member_predictions(trained.check, evaluation),
+                trained_through=trained.served.trained_through,
             ),
         )
     mlflow.set_tags(
@@ -403,3 +374,11 @@ def gate_version(
         }
     )
     return decision
+
+
+def member_predictions(check: MemberCheck, evaluation: Evaluation) -> pl.DataFrame:
+    """The member check's rows with the answer judged there and the columns of their groups:
+    what a later gate pairs its own with."""
+    return check.rows.select(*KEY_COLUMNS, "peakid", "label", *MEMBER_COLUMNS).with_columns(
+        probability=pl.Series(evaluation.member_answers)
+    )

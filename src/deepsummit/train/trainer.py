@@ -20,7 +20,7 @@ import logging
 import math
 import pickle
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -72,6 +72,33 @@ class TrainResult:
     train_rows: int
     device: str
     seconds: float  # wall time of this call (a resumed run counts only its own epochs)
+
+
+@dataclass(frozen=True)
+class TrainingSummary:
+    """What is kept of a training once its weights are gone (a fold's answers, a check's)."""
+
+    seed: int
+    best_epoch: int
+    epochs_run: int
+    best_val_auc: float  # on its validation rows; NaN without any
+
+    @classmethod
+    def of(cls, result: TrainResult) -> TrainingSummary:
+        return cls(result.seed, result.best_epoch, len(result.history), result.best_val_auc)
+
+    @staticmethod
+    def to_array(summaries: Sequence[TrainingSummary]) -> np.ndarray:
+        """(trainings, 4): seed, best epoch, epochs run, validation AUC; as files keep them."""
+        return np.array(
+            [[s.seed, s.best_epoch, s.epochs_run, s.best_val_auc] for s in summaries], np.float64
+        )
+
+    @classmethod
+    def from_array(cls, rows: np.ndarray) -> tuple[TrainingSummary, ...]:
+        return tuple(
+            cls(int(seed), int(best), int(run), float(auc)) for seed, best, run, auc in rows
+        )
 
 
 EpochCallback = Callable[[EpochRecord], None]

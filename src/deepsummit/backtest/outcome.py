@@ -1,0 +1,118 @@
+"""One fold scored: every model's answer on the test year's rows and push days, as served.
+
+The transformer answers through the map fitted on its member check; the baselines, trained on
+the same rows as the transformer, answer with their own probabilities. Each held-out row keeps
+both of the transformer's answers (`raw_transformer`: without the map), so the report shows
+what the map does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from deepsummit.backtest.answers import FoldAnswers
+from deepsummit.backtest.folds import Fold, FoldJob
+from deepsummit.backtest.push_days import PEAK_SEASON
+from deepsummit.contracts.arrays import ensemble_logit, ensemble_probability
+from deepsummit.contracts.calibration import Calibrator
+from deepsummit.core.config import Settings, TrainConfig
+from deepsummit.train.baselines import CATBOOST, LIGHTGBM, LOGISTIC, run_baselines
+from deepsummit.train.comparison import TRANSFORMER
+
+MODELS = (TRANSFORMER, LIGHTGBM, CATBOOST, LOGISTIC)
+BASELINES = (LOGISTIC, LIGHTGBM, CATBOOST)
+WEATHER_MASKED = "transformer, weather masked"
+PUSH_DAY_SCORED = (TRANSFORMER, WEATHER_MASKED, LIGHTGBM, CATBOOST)  # scored on the days
+HELD_OUT_KEYS = ("expid", "member_id", "year", "season", "peakid", "record", "label")
+
+
+@dataclass(frozen=True)
+class FoldOutcome:
+    fold: Fold
+    held_out: pl.DataFrame | None  # the test year's rows: raw_<model>, <model>, seed_spread
+    push_days: pl.DataFrame | None  # candidate rows: peak-season, smtdate, P per model
+    summary: dict  # rows, seconds, the member check; or the reason it was skipped
+    cached: bool
+
+    @property
+    def skipped(self) -> str | None:
+        return self.summary.get("skipped")
+
+
+@dataclass(frozen=True)
+class Scores:
+    """One model's own probabilities on a fold's test rows and push-day candidates."""
+
+    test: np.ndarray
+    push_days: np.ndarray
+
+
+def fold_outcome(
+    settings: Settings, job: FoldJob, answers: FoldAnswers, baselines: Path, seconds: float
+) -> FoldOutcome:
+    """A trained fold scored (see the module docstring); the baselines trained here, or read
+    from `baselines` when an earlier run trained them."""
+    labels = job.check.members["label"].cast(pl.Float64).to_numpy()
+    calibrator = Calibrator.fit(settings.train.calibration, ensemble_logit(answers.check), labels)
+    scores = {
+        TRANSFORMER: Scores(
+            ensemble_probability(answers.test), ensemble_probability(answers.push_days)
+        ),
+        # Only its push days are scored: the days' ranking with the weather masked.
+        WEATHER_MASKED: Scores(
+            ensemble_probability(answers.test),
+            ensemble_probability(answers.push_days_without_weather),
+        ),
+        **baseline_scores(job, settings.train, baselines / job.fold.name),
+    }
+    served = {name: scores[name].test for name in MODELS}
+    served[TRANSFORMER] = calibrator.probabilities(ensemble_logit(answers.test))
+    members = calibrator.probabilities(answers.test)
+    held_out = job.test_rows.select(HELD_OUT_KEYS).with_columns(
+        **{f"raw_{name}": pl.Series(scores[name].test) for name in MODELS},
+        **{name: pl.Series(values) for name, values in served.items()},
+        seed_spread=pl.Series(members.max(axis=0) - members.min(axis=0)),
+    )
+    push_days = job.day_rows.select(*PEAK_SEASON, "smtdate").with_columns(
+        **{name: pl.Series(scores[name].push_days) for name in PUSH_DAY_SCORED}
+    )
+    summary = {
+        "rows": {"before": job.before.height, "test": job.test_rows.height},
+        "seconds": seconds,
+        "member_check": {
+            "years": list(job.check.years),
+            "members": job.check.members.height,
+            "map": dataclasses.asdict(calibrator),
+        },
+        "epochs": [[t.best_epoch, t.epochs_run] for t in answers.trainings()],
+    }
+    return FoldOutcome(job.fold, held_out, push_days, summary, cached=False)
+
+
+def baseline_scores(job: FoldJob, config: TrainConfig, directory: Path) -> dict[str, Scores]:
+    """The baselines' scores of the fold: read from `directory` when an earlier run computed
+    them, else trained on the fold's rows before its test year and written there."""
+    parts = [f.name for f in dataclasses.fields(Scores)]
+    cache = directory.with_suffix(".npz")
+    if cache.exists():
+        with np.load(cache) as saved:
+            return {
+                name: Scores(*(saved[f"{name}/{part}"] for part in parts)) for name in BASELINES
+            }
+    models = run_baselines(
+        job.arrays["train"], job.arrays["test"], job.preprocessor.categorical_cardinalities, config
+    )
+    scores = {m.name: Scores(m.test, m.predict(job.day_arrays)) for m in models}
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    partial = cache.with_suffix(".partial.npz")
+    np.savez(
+        partial,
+        **{f"{name}/{part}": getattr(s, part) for name, s in scores.items() for part in parts},
+    )
+    partial.rename(cache)
+    return scores
