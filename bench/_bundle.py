@@ -9,8 +9,8 @@ from typing import Any
 
 from deepsummit.core.config import Settings, deep_merge, load_settings
 from deepsummit.core.context import RunContext
-from deepsummit.features.build import FeaturesReport, build_features
-from deepsummit.records.ingest import ingest_records
+from deepsummit.features.stage import FeaturesReport, build_features
+from deepsummit.records.stage import ingest_records
 from deepsummit.weather import load_weather
 
 # Where the benches that build the whole bundle keep it (and their cached folds) between runs.

@@ -11,7 +11,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from deepsummit.contracts.arrays import FeatureArrays, batches
+from deepsummit.contracts.arrays import FeatureArrays
+from deepsummit.train.batches import batches
 from deepsummit.train.trainer import weighted_loss
 
 Batch = tuple[dict[str, torch.Tensor], torch.Tensor]  # model inputs, labels

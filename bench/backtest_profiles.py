@@ -42,7 +42,8 @@ from deepsummit.backtest.seasons import season_table
 from deepsummit.backtest.summary import BacktestReport
 from deepsummit.contracts.member_groups import MEMBER_COLUMNS
 from deepsummit.contracts.snapshot import newest_features_dir, read_features
-from deepsummit.core.config import BacktestConfig, Settings
+from deepsummit.core.config import Settings
+from deepsummit.core.sections import BacktestConfig
 from deepsummit.train.baselines import CATBOOST, LIGHTGBM
 from deepsummit.train.bootstrap import Interval, interval, replicate_weights, weighted_ece
 from deepsummit.train.comparison import TRANSFORMER, difference_name

@@ -19,10 +19,10 @@ from typing import Any
 
 import torch
 
-from deepsummit.contracts.arrays import predict_proba
 from deepsummit.contracts.snapshot import load_features, newest_features_dir
 from deepsummit.core.config import load_settings, nested_overrides
 from deepsummit.model.summary import count_parameters
+from deepsummit.serve.inference import predict_proba
 from deepsummit.train.metrics import compute_metrics
 from deepsummit.train.trainer import train_model
 

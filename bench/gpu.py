@@ -56,11 +56,12 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from _steps import grouped_batches, seconds_per_step  # noqa: E402  (imports deepsummit: after src)
 
-from deepsummit.contracts.arrays import FeatureArrays, predict_proba  # noqa: E402
+from deepsummit.contracts.arrays import FeatureArrays  # noqa: E402
 from deepsummit.contracts.tensors import load_tensors, save_tensors  # noqa: E402
 from deepsummit.core.config import load_settings  # noqa: E402
 from deepsummit.model.config import ModelConfig  # noqa: E402
 from deepsummit.model.transformer import DeepSummitTransformer  # noqa: E402
+from deepsummit.serve.inference import predict_proba  # noqa: E402
 from deepsummit.train.trainer import train_model  # noqa: E402
 
 SPLITS = ("train", "validation", "test")
@@ -270,8 +271,8 @@ def train_folds(directory: Path, out: Path, epochs: int) -> None:
     OUT/fold-<year>.json (device, seconds, each check training's epochs) as soon as the fold is
     done."""
     from deepsummit.backtest.answers import FoldAnswers
-    from deepsummit.contracts.arrays import member_logits
-    from deepsummit.core.config import TrainConfig
+    from deepsummit.core.sections import TrainConfig
+    from deepsummit.serve.inference import member_logits
     from deepsummit.train.trainer import TrainingSummary
 
     recipe = json.loads((directory / "recipe.json").read_text())

@@ -28,11 +28,13 @@ from _steps import Batch, grouped_batches, seconds_per_step
 from _training import add_snapshot_options, bench_settings, snapshot_location
 from torch import nn
 
-from deepsummit.contracts.arrays import FeatureArrays, to_tensors
+from deepsummit.contracts.arrays import FeatureArrays
 from deepsummit.contracts.snapshot import load_features
-from deepsummit.core.config import PROJECT_ROOT, load_settings
+from deepsummit.core.config import load_settings
+from deepsummit.core.sections import PROJECT_ROOT
 from deepsummit.model.summary import count_parameters
 from deepsummit.model.transformer import DeepSummitTransformer
+from deepsummit.serve.inference import to_tensors
 
 BEFORE = "65663a7"  # the last commit before the batched tokenizer and the CLS-only last block
 MODEL_PACKAGE = "src/deepsummit/model"

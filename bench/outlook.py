@@ -31,9 +31,12 @@ from _local_weather import local_open_meteo
 
 from deepsummit.core.config import load_settings
 from deepsummit.core.context import RunContext
+from deepsummit.core.planned import today
 from deepsummit.core.warehouse import connect
-from deepsummit.serve.outlook import candidate_days, plan_outlook, planned_requests, team, today
-from deepsummit.weather.forecast import load_forecast, newest_forecast
+from deepsummit.serve.outlook import candidate_days, planned_requests, team
+from deepsummit.serve.stage import plan_outlook
+from deepsummit.weather.forecast import newest_forecast
+from deepsummit.weather.stage import load_forecast
 
 
 def timed(step: Callable[[], object], repeats: int) -> list[float]:

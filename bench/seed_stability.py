@@ -26,12 +26,12 @@ import numpy as np
 import polars as pl
 from _bundle import DEFAULT_BUNDLE, bundle_features, bundle_settings
 
-from deepsummit.contracts.arrays import ensemble_logit
 from deepsummit.contracts.artifact import ModelArtifact
-from deepsummit.contracts.drift import DistributionProfile
-from deepsummit.contracts.snapshot import DRIFT_PROFILE_FILE, load_history, newest_features_dir
+from deepsummit.contracts.profile import DistributionProfile
+from deepsummit.contracts.snapshot import load_history, newest_features_dir
 from deepsummit.core.planned import planned_frame, planned_record
 from deepsummit.core.warehouse import connect
+from deepsummit.serve.inference import ensemble_logit
 from deepsummit.serve.predict import daily_weather
 from deepsummit.serve.scoring import score
 from deepsummit.train.recipe import (
@@ -70,9 +70,7 @@ def ensemble(settings, data: TrainingData, first_seed: int) -> tuple[ModelArtifa
         preprocessor=preprocessor,
         calibrator=calibrator,
         history=load_history(data.directory),
-        drift_reference=DistributionProfile.from_json(
-            (data.directory / DRIFT_PROFILE_FILE).read_text()
-        ),
+        drift_reference=DistributionProfile({}, {}, "none: scored only"),
     )
     return artifact, newest.logits(test, data.windows)
 

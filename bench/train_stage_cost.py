@@ -26,8 +26,6 @@ import tempfile
 import time
 from pathlib import Path
 
-from deepsummit.core.config import PROJECT_ROOT
-
 BEFORE = "65663a7"
 WORKDIR = Path(tempfile.gettempdir()) / "deepsummit-train-cost"
 ANSWERS = "answers.npz"  # what a train run of an arm answered, beside its snapshot
@@ -35,6 +33,8 @@ ANSWERS = "answers.npz"  # what a train run of an arm answered, beside its snaps
 
 def code_at(commit: str, folder: Path) -> Path:
     """The commit's src/ and bench/, extracted once under `folder`."""
+    from deepsummit.core.sections import PROJECT_ROOT
+
     root = folder / f"code-{commit}"
     if not root.exists():
         root.mkdir(parents=True)
@@ -47,8 +47,8 @@ def code_at(commit: str, folder: Path) -> Path:
 
 
 def run_child(code: Path, mode: str, folder: Path) -> dict[str, float]:
-    """This script in `mode` under `code`'s package: its wall seconds and what it reports (its
-    CPU seconds, the rows it trained on)."""
+    """This script in `mode` under `code`'s package and benches: its wall seconds and what it
+    reports (its CPU seconds, the rows it trained on)."""
     env = {**os.environ, "PYTHONPATH": f"{code / 'src'}{os.pathsep}{code / 'bench'}"}
     started = time.perf_counter()
     child = subprocess.Popen(
@@ -65,6 +65,8 @@ def run_child(code: Path, mode: str, folder: Path) -> dict[str, float]:
 
 def child(mode: str, folder: Path) -> None:
     """Runs inside the arm's code: build the snapshot, or time the train stage on it."""
+    # The arm's benches (PYTHONPATH), not this checkout's, which Python put first.
+    sys.path.remove(str(Path(__file__).resolve().parent))
     import resource
 
     import mlflow
@@ -105,7 +107,8 @@ def child(mode: str, folder: Path) -> None:
         served=served["probability"].to_numpy(dtype=np.float64),
     )
     rows = report.rows
-    print(json.dumps({"cpu": cpu, "train_rows": rows["train"], "refit_rows": rows.get("refit", 0)}))
+    trained = rows.get("before test", rows.get("train"))  # the held-out check's training rows
+    print(json.dumps({"cpu": cpu, "train_rows": trained, "refit_rows": rows.get("refit", 0)}))
 
 
 def main() -> None:
@@ -121,7 +124,7 @@ def main() -> None:
         return
     arms = {
         f"before ({args.before})": code_at(args.before, args.workdir),
-        "after (this checkout)": PROJECT_ROOT,
+        "after (this checkout)": Path(__file__).resolve().parents[1],
     }
     folders = {name: args.workdir / f"bundle-{i}" for i, name in enumerate(arms)}
     for name, code in arms.items():

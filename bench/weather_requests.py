@@ -25,7 +25,7 @@ from deepsummit.core.config import Settings, load_settings
 from deepsummit.core.context import RunContext
 from deepsummit.core.inputs import WINDOW_DAYS
 from deepsummit.core.warehouse import connect, query
-from deepsummit.records.ingest import ingest_records
+from deepsummit.records.stage import ingest_records
 from deepsummit.weather import load_weather, needs, store
 from deepsummit.weather.cost import RateLimiter
 from deepsummit.weather.openmeteo import OpenMeteoSource

@@ -10,7 +10,7 @@ import pytest
 from features_tables import load_bundle, settings_for
 
 from deepsummit.core.context import RunContext
-from deepsummit.features.build import build_features
+from deepsummit.features.stage import build_features
 
 
 @pytest.fixture(scope="session")

@@ -22,7 +22,8 @@ from typing import Any
 import pytest
 from flows_fixtures import as_environment, isolated_paths
 
-from deepsummit.core.config import PROJECT_ROOT, Settings, deep_merge, load_settings
+from deepsummit.core.config import Settings, deep_merge, load_settings
+from deepsummit.core.sections import PROJECT_ROOT
 from deepsummit.services import supervisor as services
 
 # Ports below the kernel's ephemeral range (net.ipv4.ip_local_port_range, 32768-60999 by

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 from services_fixtures import free_port
 
-from deepsummit.core.config import PROJECT_ROOT, load_settings
+from deepsummit.core.config import load_settings
+from deepsummit.core.sections import PROJECT_ROOT
 
 BUNDLE = load_settings().paths.data_dir
 

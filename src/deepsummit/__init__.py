@@ -7,11 +7,14 @@ Packages, each importing only those below it (the layers contract in pyproject.t
     flows | services       Prefect flows and tasks | the local service supervisor
     backtest               season-by-season and push-day backtests
     train                  training, evaluation, registration behind the champion gate
-    serve | drift          scoring planned attempts, the outlook | input drift against the champion
+    serve                  scoring planned attempts, the outlook
+    drift                  input drift against the champion
     features               attempts, weather windows, tabular features, the snapshot
     weather | records      daily weather | the Himalayan Database records
     contracts              what stages exchange: planned attempts, arrays, preprocessing,
-                           calibration, drift profiles, the model artifact, the champion
-    core                   settings, errors, the run context, the warehouse, the input spec
+                           calibration, distribution profiles, member groups, the model
+                           artifact, the champion
+    core                   settings, errors, the run context, the warehouse, the input spec,
+                           seasons
     model                  the PyTorch network (torch only)
 """

@@ -22,8 +22,10 @@ from training_fixtures import (
     trained_registry_fixture,  # noqa: F401 (the fixture)
 )
 
-from deepsummit.core.config import PROJECT_ROOT, load_settings
+from deepsummit.core.config import load_settings
+from deepsummit.core.sections import PROJECT_ROOT
 from deepsummit.serve.predict import predict_attempt
+from deepsummit.services import health
 from deepsummit.services import supervisor as services
 
 pytest_plugins = ["features_fixtures"]
@@ -49,7 +51,7 @@ def tracking_server(
     ]  # fmt: skip
     env = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     services.start_process(settings, services.MLFLOW_SERVER, command, env)
-    services._wait_healthy(
+    health.wait_healthy(
         settings, services.MLFLOW_SERVER, services.mlflow_healthy, STARTUP_TIMEOUT_S
     )
     yield settings.services.mlflow_url

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from deepsummit.cli.app import app
-from deepsummit.core.config import PROJECT_ROOT
+from deepsummit.core.sections import PROJECT_ROOT
 
 README = PROJECT_ROOT / "README.md"
 DOCUMENTS = [README, *sorted((PROJECT_ROOT / "docs").glob("*.md"))]

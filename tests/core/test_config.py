@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from deepsummit.core.config import PROJECT_ROOT, available_profiles, load_settings, nested_overrides
+from deepsummit.core.config import available_profiles, load_settings, nested_overrides
+from deepsummit.core.sections import PROJECT_ROOT
 
 CONFIG = """
 [settings]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from deepsummit.core.config import PROJECT_ROOT, available_profiles, load_settings
+from deepsummit.core.config import available_profiles, load_settings
 from deepsummit.core.inputs import (
     INPUTS_BY_NAME,
     OUTCOME_COLUMNS,
@@ -13,6 +13,7 @@ from deepsummit.core.inputs import (
     InputSet,
     Known,
 )
+from deepsummit.core.sections import PROJECT_ROOT
 
 RETROSPECTIVE = "retrospective"
 

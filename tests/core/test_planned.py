@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from deepsummit.cli.app import app
 from deepsummit.cli.planned_options import flag
-from deepsummit.core.config import PROJECT_ROOT, OutlookPlan, TeamMember, load_settings
+from deepsummit.core.config import load_settings
 from deepsummit.core.planned import (
     PLANNED_FIELDS,
     fields_of,
@@ -18,6 +18,7 @@ from deepsummit.core.planned import (
     planned_frame,
     planned_record,
 )
+from deepsummit.core.sections import PROJECT_ROOT, OutlookPlan, TeamMember
 from deepsummit.serve.pyfunc import signature
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from deepsummit.core.config import PROJECT_ROOT
+from deepsummit.core.sections import PROJECT_ROOT
 from deepsummit.core.warehouse import WarehouseLocked, connect, lock_holder
 
 # Holds a write connection (through deepsummit.core.warehouse.connect, like a stage) after writing

@@ -24,8 +24,10 @@ from openmeteo_server import OpenMeteoServer
 from services_fixtures import free_port
 
 from deepsummit.cli.exit_codes import ExitCode
-from deepsummit.core.config import PROJECT_ROOT, Settings, load_settings
-from deepsummit.flows.resources import RESOURCES, source_asset
+from deepsummit.core.config import Settings, load_settings
+from deepsummit.core.sections import PROJECT_ROOT
+from deepsummit.flows.resource import source_asset
+from deepsummit.flows.resources import RESOURCES
 from deepsummit.flows.runner import progress_key
 from deepsummit.flows.stages import OUTLOOK_CHAIN, task_edges
 from deepsummit.flows.summit import (

@@ -34,7 +34,9 @@ from prefect.client.schemas.objects import FlowRun
 from prefect.settings import PREFECT_API_AUTH_STRING, PREFECT_API_URL, temporary_settings
 from services_fixtures import STARTUP_TIMEOUT_S, free_port
 
-from deepsummit.core.config import PROJECT_ROOT, Settings, load_settings
+from deepsummit.core.config import Settings, load_settings
+from deepsummit.core.sections import PROJECT_ROOT
+from deepsummit.services import local
 from deepsummit.services import supervisor as services
 from deepsummit.train import tuning
 
@@ -62,7 +64,7 @@ def _server(settings: Settings) -> dict[Any, Any]:
     """Prefect client settings for the session's server, with the secret `up` generated."""
     return {
         PREFECT_API_URL: settings.services.prefect_api_url,
-        PREFECT_API_AUTH_STRING: services.prefect_auth_string(settings),
+        PREFECT_API_AUTH_STRING: local.prefect_auth_string(settings),
     }
 
 

@@ -12,12 +12,12 @@ import pytest
 from features_tables import settings_for
 
 from deepsummit.contracts.snapshot import PREPROCESSING_FILE, load_features, newest_features_dir
-from deepsummit.core.config import SplitYears
 from deepsummit.core.context import RunContext
 from deepsummit.core.errors import PipelineError
 from deepsummit.core.inputs import OUTCOME_COLUMNS, RARE_FOLDS
+from deepsummit.core.sections import SplitYears
 from deepsummit.core.warehouse import frame_digest
-from deepsummit.features.build import FeaturesReport, build_features
+from deepsummit.features.stage import FeaturesReport, build_features
 from deepsummit.features.tabular import TABULAR_FEATURES
 from deepsummit.features.validation import validate_features
 

@@ -14,7 +14,7 @@ from openmeteo_server import OpenMeteoServer
 
 from deepsummit.core.config import Settings, load_settings
 from deepsummit.core.context import RunContext
-from deepsummit.core.warehouse import connect, table_digest
+from deepsummit.core.warehouse import connect, frame_digest
 from deepsummit.flows.resources import RESOURCES
 from deepsummit.flows.stages import CHAIN, OUTLOOK_CHAIN, Stage, written
 
@@ -25,7 +25,7 @@ def table_states(settings: Settings) -> dict[str, str]:
         return {}
     with connect(settings.paths.warehouse, read_only=True) as con:
         names = con.sql("SELECT table_name FROM information_schema.tables").pl()["table_name"]
-        return {name: table_digest(con, name) for name in names}
+        return {name: frame_digest(con.sql(f'SELECT * FROM "{name}"').pl()) for name in names}
 
 
 def declared_tables(stage: Stage, settings: Settings) -> set[str]:

@@ -18,7 +18,8 @@ from prefect.utilities.schema_tools import ValidationError, validate
 from prefect.utilities.templating import apply_values, find_placeholders
 from prefect.workers.process import ProcessJobConfiguration
 
-from deepsummit.core.config import PROJECT_ROOT, Settings
+from deepsummit.core.config import Settings
+from deepsummit.core.sections import PROJECT_ROOT
 
 DEPLOYMENTS = PROJECT_ROOT / "deployments"
 TEMPLATES = (

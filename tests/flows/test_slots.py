@@ -20,9 +20,9 @@ from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 from prefect.testing.utilities import prefect_test_harness
 
-from deepsummit.core.config import BacktestConfig, MlflowConfig
 from deepsummit.core.context import REGISTRY
 from deepsummit.core.inputs import Known
+from deepsummit.core.sections import BacktestConfig, MlflowConfig
 from deepsummit.flows.runner import slot
 from deepsummit.flows.summit import STAGE_FLOWS
 from deepsummit.train import registry

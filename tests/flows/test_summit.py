@@ -34,8 +34,10 @@ from weather_fixtures import load_mini_tables
 from deepsummit.core.config import Settings, load_settings
 from deepsummit.core.errors import PipelineError, QuotaExhausted
 from deepsummit.core.warehouse import connect
-from deepsummit.flows.resources import RESOURCES, source_asset
-from deepsummit.flows.runner import _retry_options, cache_inputs, progress_key
+from deepsummit.flows.cache_keys import cache_inputs
+from deepsummit.flows.resource import source_asset
+from deepsummit.flows.resources import RESOURCES
+from deepsummit.flows.runner import _retry_options, progress_key
 from deepsummit.flows.stages import CHAIN, STAGES, WEATHER, Retry, task_edges
 from deepsummit.flows.summit import (
     DRIFT_ARTIFACT,

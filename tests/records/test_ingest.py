@@ -33,7 +33,7 @@ from deepsummit.core import warehouse
 from deepsummit.core.config import Settings, load_settings
 from deepsummit.core.context import RunContext
 from deepsummit.core.errors import PipelineError, SourceUnreadable
-from deepsummit.records.ingest import IngestReport, ingest_records
+from deepsummit.records.stage import IngestReport, ingest_records
 
 
 def overrides_for(tmp_path: Path, ingest: dict[str, Any] | None = None, **sources: str) -> dict:
@@ -282,7 +282,9 @@ def stored_state(settings: Settings) -> dict[str, str]:
     """Every table of the warehouse and its content digest (quarantined_at included)."""
     with warehouse.connect(settings.paths.warehouse, read_only=True) as con:
         names = [row[0] for row in con.execute("SHOW TABLES").fetchall()]
-        return {name: warehouse.table_digest(con, name) for name in names}
+        return {
+            name: warehouse.frame_digest(con.sql(f'SELECT * FROM "{name}"').pl()) for name in names
+        }
 
 
 def test_a_truncated_but_parseable_members_file_is_refused_and_the_tables_stay(

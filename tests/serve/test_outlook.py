@@ -25,9 +25,10 @@ from deepsummit.core.context import RunContext
 from deepsummit.core.errors import PipelineError
 from deepsummit.core.planned import planned_record, today
 from deepsummit.core.warehouse import connect
-from deepsummit.serve.outlook import NO_WEATHER, TEAM, plan_outlook, read_team
+from deepsummit.serve.outlook import NO_WEATHER_SOURCE, TEAM, read_team
 from deepsummit.serve.predict import daily_weather
-from deepsummit.weather.forecast import load_forecast
+from deepsummit.serve.stage import plan_outlook
+from deepsummit.weather.stage import load_forecast
 
 pytest_plugins = ["features_fixtures"]
 
@@ -193,7 +194,7 @@ def test_a_peak_without_trusted_coordinates_is_one_line_or_answered_without_weat
     settings = with_outlook(overrides, peaks=["EVER", "CHUR"], days=3, without_weather=True)
     report = plan_outlook(settings, RunContext(tmp_path))
     ever, chur = report.peaks
-    assert ever.weather_source.startswith("forecast@") and chur.weather_source == NO_WEATHER
+    assert ever.weather_source.startswith("forecast@") and chur.weather_source == NO_WEATHER_SOURCE
     assert any("CHUR: no day-by-day outlook" in note for note in chur.notes)
     assert any("the weather took no part" in note for note in chur.notes)
     assert not any("the weather took no part" in note for note in ever.notes)

@@ -25,8 +25,9 @@ from deepsummit.core.context import RunContext
 from deepsummit.core.errors import PipelineError
 from deepsummit.core.planned import planned_record
 from deepsummit.core.warehouse import connect
-from deepsummit.serve.outlook import read_team, replay_outlook
+from deepsummit.serve.outlook import read_team
 from deepsummit.serve.predict import daily_weather
+from deepsummit.serve.stage import replay_outlook
 
 pytest_plugins = ["features_fixtures"]
 

@@ -10,12 +10,10 @@ import polars as pl
 import pytest
 import torch
 
-from deepsummit.contracts.arrays import predict_logits
 from deepsummit.contracts.artifact import ModelArtifact
 from deepsummit.contracts.calibration import Calibrator
-from deepsummit.contracts.drift import DistributionProfile
+from deepsummit.contracts.profile import DistributionProfile
 from deepsummit.contracts.snapshot import (
-    DRIFT_PROFILE_FILE,
     PLANNED_TEST_FILE,
     load_features,
     load_history,
@@ -24,6 +22,7 @@ from deepsummit.core.inputs import WEATHER_VARIABLES
 from deepsummit.core.planned import KEY_COLUMNS
 from deepsummit.model.config import ModelConfig
 from deepsummit.model.transformer import DeepSummitTransformer
+from deepsummit.serve.inference import predict_logits
 from deepsummit.serve.scoring import WEATHER_ABSENT_NOTE, score
 
 pytest_plugins = ["features_fixtures"]
@@ -48,9 +47,7 @@ def served(bundle_features):
         preprocessor=preprocessor,
         calibrator=Calibrator("platt", scale=0.8, shift=0.3),
         history=load_history(report.directory),
-        drift_reference=DistributionProfile.from_json(
-            (report.directory / DRIFT_PROFILE_FILE).read_text()
-        ),
+        drift_reference=DistributionProfile({}, {}, "none: scoring reads no drift reference"),
     )
     planned = pl.read_parquet(report.directory / PLANNED_TEST_FILE)
     return artifact, arrays, report, planned

@@ -21,8 +21,9 @@ import pytest
 from pydantic import ValidationError
 from services_fixtures import RunningServices, deepsummit
 
-from deepsummit.core.config import PROJECT_ROOT, AlertsConfig, deep_merge, load_settings
-from deepsummit.services import alerts
+from deepsummit.core.config import deep_merge, load_settings
+from deepsummit.core.sections import PROJECT_ROOT, AlertsConfig
+from deepsummit.services import alerts, local
 from deepsummit.services import supervisor as services
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
@@ -115,7 +116,7 @@ def test_a_failed_deployment_run_posts_its_name_and_link(
     text = message["json"]["text"]
     assert f"summit run {run['name']} Failed" in text
     assert str(missing) in text  # the reason, from the run's state message
-    assert f"{services.prefect_ui_url(stack.settings)}/runs/flow-run/{flow_run_id}" in text
+    assert f"{local.prefect_ui_url(stack.settings)}/runs/flow-run/{flow_run_id}" in text
     assert receiver.received.empty()  # one failure, one notification
 
 

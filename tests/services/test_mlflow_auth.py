@@ -14,8 +14,9 @@ from mlflow.exceptions import MlflowException
 from services_fixtures import STARTUP_TIMEOUT_S, free_port
 
 from deepsummit.contracts.champion import champion_version
-from deepsummit.core.config import PROJECT_ROOT, load_settings
+from deepsummit.core.config import load_settings
 from deepsummit.core.errors import PipelineError
+from deepsummit.core.sections import PROJECT_ROOT
 from deepsummit.services import supervisor as services
 from deepsummit.services.mlflow_users import ensure_user
 
@@ -53,7 +54,7 @@ def registry(tmp_path_factory: pytest.TempPathFactory):
             "MLFLOW_FLASK_SERVER_SECRET_KEY": "tests",
         },
     )
-    services._wait_healthy(
+    services.wait_healthy(
         settings, services.MLFLOW_SERVER, services.mlflow_healthy, STARTUP_TIMEOUT_S
     )
     yield f"http://127.0.0.1:{port}"

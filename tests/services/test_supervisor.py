@@ -27,6 +27,7 @@ import pytest
 from services_fixtures import RunningServices, deepsummit, free_port
 
 from deepsummit.core.config import Settings, load_settings
+from deepsummit.services import local, processes
 from deepsummit.services import supervisor as services
 from deepsummit.services.prefect_api import PrefectApi
 
@@ -107,7 +108,7 @@ def _wait_exited(pid: int) -> None:
     """Until our child `pid` has exited (and is reaped)."""
 
     def exited() -> bool:
-        services._reap(pid)
+        processes.reap(pid)
         return _gone(pid)
 
     _wait_until(exited, f"pid {pid} exited")
@@ -124,11 +125,11 @@ def test_stop_escalates_to_sigkill_and_takes_every_descendant(settings: Settings
     assert os.getpgid(own_session) == own_session
 
     started = time.monotonic()
-    assert services.stop_process(settings, services.WORKER, grace_s=1.0) == services.STOPPED
+    assert services.stop_process(settings, services.WORKER, grace_s=1.0) == processes.STOPPED
     assert time.monotonic() - started < 8
     assert _gone(pid) and _gone(in_group) and _gone(own_session)
     assert services.recorded_pid(settings, services.WORKER) is None
-    assert services.stop_process(settings, services.WORKER) == services.NOT_RUNNING  # nothing left
+    assert services.stop_process(settings, services.WORKER) == processes.NOT_RUNNING  # nothing left
 
 
 # Serves HTTP from a child in its own session and process group, as MLflow's uvicorn worker
@@ -167,7 +168,7 @@ def test_a_server_whose_main_process_was_killed_is_reported_stopped_and_restarta
         f"(pid {worker})" in lines
     )
     assert _gone(worker) and not services.port_in_use("127.0.0.1", port)
-    assert services.down(settings)[0].endswith(services.NOT_RUNNING)
+    assert services.down(settings)[0].endswith(processes.NOT_RUNNING)
 
 
 def test_up_clears_what_a_dead_main_process_left_before_it_checks_the_ports(
@@ -244,20 +245,20 @@ def test_health_checks_are_false_when_nothing_answers(settings: Settings):
 
 def test_the_secret_is_made_once_and_readable_by_its_owner_only(settings: Settings):
     settings.services.run_dir.mkdir(parents=True)
-    assert services.prefect_auth_string(settings) is None
+    assert local.prefect_auth_string(settings) is None
     assert "PREFECT_API_AUTH_STRING" not in services.prefect_env(settings)
-    services._ensure_prefect_auth(settings)
-    path = services.prefect_auth_file(settings)
+    services.ensure_prefect_auth(settings)
+    path = local.prefect_auth_file(settings)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    secret = services.prefect_auth_string(settings)
+    secret = local.prefect_auth_string(settings)
     user, _, password = secret.partition(":")
     assert user == "deepsummit" and len(password) >= 40
-    services._ensure_prefect_auth(settings)
-    assert services.prefect_auth_string(settings) == secret  # kept: a running server uses it
+    services.ensure_prefect_auth(settings)
+    assert local.prefect_auth_string(settings) == secret  # kept: a running server uses it
     assert services.prefect_env(settings)["PREFECT_API_AUTH_STRING"] == secret
     path.chmod(0o644)
     with pytest.raises(services.ServiceError, match="readable by other users: `chmod 600"):
-        services._ensure_prefect_auth(settings)
+        services.ensure_prefect_auth(settings)
 
 
 # ---------------------------------------------------------------- the running servers
@@ -324,7 +325,7 @@ def test_a_cross_origin_request_is_refused(stack: RunningServices):
     # A form-like POST needs no preflight: it is refused for want of a CSRF token, credentials
     # or not (a page cannot read the token endpoint's answer across origins).
     form = {"Origin": EVIL_ORIGIN, "Content-Type": "text/plain"}
-    secret = services.prefect_auth_string(stack.settings)
+    secret = local.prefect_auth_string(stack.settings)
     authorised = {**form, "Authorization": f"Basic {b64encode(secret.encode()).decode()}"}
     for headers in (form, authorised):
         status, _ = _http(create, "POST", headers, json.dumps(PROBE_RUN).encode())
@@ -390,12 +391,12 @@ def test_a_flow_run_may_set_deepsummit_settings(stack: RunningServices):
 
 
 def test_the_secret_is_never_printed_and_status_says_where_it_is(stack: RunningServices):
-    secret = services.prefect_auth_string(stack.settings)
+    secret = local.prefect_auth_string(stack.settings)
     status = deepsummit(stack.overrides, "status")
     assert status.returncode == 0, status.stderr
     assert secret not in "\n".join(stack.up_lines) + status.stdout + status.stderr
     login = next(line for line in status.stdout.splitlines() if line.startswith("Prefect login"))
-    assert str(services.prefect_auth_file(stack.settings)) in login
+    assert str(local.prefect_auth_file(stack.settings)) in login
     # The worker's health is asked of the API with the secret and a CSRF token.
     assert all(service.healthy for service in services.status(stack.settings))
     assert "NOT healthy" not in status.stdout and "stopped" not in status.stdout
@@ -406,7 +407,7 @@ def test_the_secret_is_never_printed_and_status_says_where_it_is(stack: RunningS
 
 
 def test_up_refuses_a_server_that_does_not_take_the_secret(stack: RunningServices):
-    path = services.prefect_auth_file(stack.settings)
+    path = local.prefect_auth_file(stack.settings)
     secret = path.read_text()
     path.write_text("deepsummit:not-the-servers-secret\n")
     try:

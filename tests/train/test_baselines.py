@@ -9,7 +9,7 @@ from sklearn.metrics import roc_auc_score
 from sklearn.preprocessing import OneHotEncoder
 from synthetic import CARDINALITIES, synthetic_arrays
 
-from deepsummit.core.config import TrainConfig
+from deepsummit.core.sections import TrainConfig
 from deepsummit.train.baselines import linear_matrix, run_baselines, tree_matrix
 
 # 50 rounds learn the synthetic signal (test AUC 0.89-0.91); CatBoost takes 0.08 s a round.

@@ -20,7 +20,6 @@ from training_fixtures import (
     trained_registry_fixture,  # noqa: F401 (the fixture)
 )
 
-from deepsummit.contracts.arrays import ensemble_logit, member_logits
 from deepsummit.contracts.artifact import ModelArtifact
 from deepsummit.contracts.champion import (
     TAG_KNOWN_BY,
@@ -31,6 +30,7 @@ from deepsummit.contracts.champion import (
 from deepsummit.contracts.snapshot import PLANNED_TEST_FILE
 from deepsummit.core.inputs import Known
 from deepsummit.core.planned import KEY_COLUMNS
+from deepsummit.serve.inference import ensemble_logit, member_logits
 from deepsummit.train.parallel import refit_beside
 from deepsummit.train.recipe import Recipe, preprocessing_for, refit
 from deepsummit.train.registry import (

@@ -13,6 +13,7 @@ from services_fixtures import free_port
 from deepsummit.core.config import Settings, load_settings
 from deepsummit.core.context import RunContext
 from deepsummit.core.errors import PipelineError
+from deepsummit.services import health
 from deepsummit.services import supervisor as services
 from deepsummit.train.stage import train_and_register
 
@@ -25,7 +26,7 @@ def start_mlflow(settings: Settings) -> None:
     services.start_process(
         settings, services.MLFLOW_SERVER, services._mlflow_server_command(settings)
     )
-    services._wait_healthy(settings, services.MLFLOW_SERVER, services.mlflow_healthy, 120)
+    health.wait_healthy(settings, services.MLFLOW_SERVER, services.mlflow_healthy, 120)
 
 
 @pytest.fixture

@@ -14,11 +14,11 @@ import torch
 from synthetic import DIMENSIONS, synthetic_arrays
 from torch import nn
 
-from deepsummit.contracts.arrays import predict_proba
 from deepsummit.contracts.tensors import load_tensors, save_tensors
 from deepsummit.core.config import load_settings
 from deepsummit.model.config import ModelConfig
 from deepsummit.model.transformer import DeepSummitTransformer
+from deepsummit.serve.inference import predict_proba
 from deepsummit.train.trainer import (
     CHECKPOINT_FILE,
     parameter_groups,

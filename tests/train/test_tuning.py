@@ -16,6 +16,7 @@ from optuna.trial import TrialState
 
 from deepsummit.core.config import Settings, load_settings
 from deepsummit.core.errors import PipelineError
+from deepsummit.train import trial as trials
 from deepsummit.train import tuning
 from deepsummit.train.trainer import EpochRecord
 
@@ -47,7 +48,7 @@ def _record(epoch: int, auc: float) -> EpochRecord:
 
 
 def test_the_default_space_is_the_spec_s():
-    space = tuning.search_space(load_settings())
+    space = tuning.search_space(load_settings().tune)
     assert space["hidden_size"] == CategoricalDistribution((128, 256, 512))
     assert space["num_layers"] == CategoricalDistribution((4, 6, 8))
     assert space["num_heads"] == CategoricalDistribution((4, 8))
@@ -59,7 +60,7 @@ def test_the_default_space_is_the_spec_s():
 
 def test_config_narrows_the_space_and_bad_narrowing_is_one_clear_error(tmp_path: Path):
     space = tuning.search_space(
-        _settings(tmp_path, search_space={**TINY_SPACE, "learning_rate": [1e-4, 1e-3]})
+        _settings(tmp_path, search_space={**TINY_SPACE, "learning_rate": [1e-4, 1e-3]}).tune
     )
     assert space["hidden_size"].choices == (16, 32)
     assert space["learning_rate"] == FloatDistribution(1e-4, 1e-3, log=True)
@@ -70,21 +71,23 @@ def test_config_narrows_the_space_and_bad_narrowing_is_one_clear_error(tmp_path:
         ({"hidden_size": [30], "num_heads": [4]}, "30 is not divisible by num_heads 4"),
     ):
         with pytest.raises(PipelineError, match=words.replace("[", r"\[").replace("]", r"\]")):
-            tuning.search_space(_settings(tmp_path, search_space=bad))
+            tuning.search_space(_settings(tmp_path, search_space=bad).tune)
 
 
 def test_a_relative_sqlite_storage_is_under_the_project_root():
-    url = tuning.storage_url(load_settings(overrides={"tune": {"storage_url": "sqlite:///x/o.db"}}))
+    url = tuning.storage_url(
+        load_settings(overrides={"tune": {"storage_url": "sqlite:///x/o.db"}}).tune
+    )
     assert url.startswith("sqlite:////") and url.endswith("/x/o.db")
     pg = "postgresql://optuna:secret@db:5432/optuna"
-    assert tuning.storage_url(load_settings(overrides={"tune": {"storage_url": pg}})) == pg
+    assert tuning.storage_url(load_settings(overrides={"tune": {"storage_url": pg}}).tune) == pg
     assert "secret" not in tuning.redacted(pg)
 
 
 def test_reopening_the_study_resumes_it(tmp_path: Path):
     settings = _settings(tmp_path, n_trials=4)
     study = tuning.open_study(settings)
-    space = tuning.search_space(settings)
+    space = tuning.search_space(settings.tune)
     first = study.ask(space)
     study.tell(first, 0.7)
     left_running = study.ask(space).number
@@ -101,7 +104,7 @@ def test_reopening_the_study_resumes_it(tmp_path: Path):
 def test_the_epoch_callback_reports_and_prunes_a_trial_below_the_median(tmp_path: Path):
     settings = _settings(tmp_path, pruner_startup_trials=2, pruner_warmup_epochs=0)
     study = tuning.open_study(settings)
-    space = tuning.search_space(settings)
+    space = tuning.search_space(settings.tune)
     for auc in (0.80, 0.82):
         trial = study.ask(space)
         for epoch in (1, 2):
@@ -109,22 +112,22 @@ def test_the_epoch_callback_reports_and_prunes_a_trial_below_the_median(tmp_path
         study.tell(trial, auc)
 
     good = study.ask(space).number
-    tuning.epoch_reporter(settings, tuning.open_study(settings), good)(_record(1, 0.9))
+    trials.epoch_reporter(settings, tuning.open_study(settings), good)(_record(1, 0.9))
     bad = study.ask(space).number
     with pytest.raises(optuna.TrialPruned, match=f"trial {bad} pruned after epoch 1"):
-        tuning.epoch_reporter(settings, tuning.open_study(settings), bad)(_record(1, 0.6))
+        trials.epoch_reporter(settings, tuning.open_study(settings), bad)(_record(1, 0.6))
     assert tuning.find_trial(study, good).intermediate_values == {1: 0.9}
     assert tuning.find_trial(study, bad).intermediate_values == {1: 0.6}
 
 
 def _report_in_another_process(settings: Settings, number: int) -> None:
-    tuning.epoch_reporter(settings, tuning.open_study(settings), number)(_record(3, 0.75))
+    trials.epoch_reporter(settings, tuning.open_study(settings), number)(_record(3, 0.75))
 
 
 def test_a_trial_in_another_process_reports_through_the_storage(tmp_path: Path):
     settings = _settings(tmp_path)
     study = tuning.open_study(settings)
-    number = study.ask(tuning.search_space(settings)).number
+    number = study.ask(tuning.search_space(settings.tune)).number
     process = multiprocessing.get_context("spawn").Process(
         target=_report_in_another_process, args=(settings, number)
     )
@@ -137,7 +140,7 @@ def test_a_trial_in_another_process_reports_through_the_storage(tmp_path: Path):
 def test_settling_fails_a_trial_left_running_and_keeps_a_told_one(tmp_path: Path):
     settings = _settings(tmp_path)
     study = tuning.open_study(settings)
-    space = tuning.search_space(settings)
+    space = tuning.search_space(settings.tune)
     told, crashed = study.ask(space), study.ask(space)
     study.tell(told, 0.66)
     done = tuning.settle_trial(settings, study, told.number, "flow run x Crashed: killed")
@@ -151,7 +154,7 @@ def test_settling_fails_a_trial_left_running_and_keeps_a_told_one(tmp_path: Path
 def test_no_completed_trial_is_one_clear_error(tmp_path: Path):
     settings = _settings(tmp_path)
     study = tuning.open_study(settings)
-    tuning.settle_trial(settings, study, study.ask(tuning.search_space(settings)).number, None)
+    tuning.settle_trial(settings, study, study.ask(tuning.search_space(settings.tune)).number, None)
     with pytest.raises(PipelineError, match=r"no trial completed .*1 fail"):
         tuning.best_trial(study)
 
@@ -161,11 +164,10 @@ def test_a_trial_trains_as_a_child_run_and_tells_the_study(tmp_path: Path, bundl
     features_dir = bundle_features[1].directory  # the bundle's snapshot (tiny: 2,000 rows)
     study = tuning.open_study(settings)
     parent = tuning.open_parent_run(settings, study, {"origin": "test"})
-    number = study.ask(tuning.search_space(settings)).number
+    number = study.ask(tuning.search_space(settings.tune)).number
 
-    outcome = tuning.run_trial(
-        settings, features_dir, number, parent, {"prefect.flow_run_id": "f1"}
-    )
+    tags = {"prefect.flow_run_id": "f1"}
+    outcome = trials.run_trial(settings, features_dir, number, parent, tags)
 
     trial = tuning.find_trial(study, number)
     assert trial.state == TrialState.COMPLETE and outcome.state == "COMPLETE"
@@ -183,10 +185,10 @@ def test_a_trial_trains_as_a_child_run_and_tells_the_study(tmp_path: Path, bundl
     assert len(client.get_metric_history(child.info.run_id, "val_auc")) == 2
 
     with pytest.raises(PipelineError, match=f"trial {number} .* is COMPLETE, not running"):
-        tuning.run_trial(settings, features_dir, number, parent, {})
+        trials.run_trial(settings, features_dir, number, parent, {})
     # The parent run is one per study: reopening the study reopens it.
     assert tuning.open_parent_run(settings, tuning.open_study(settings), {}) == parent
-    tuning.close_parent_run(settings, parent, study, {"model_version": "1"}, failed=False)
+    tuning.close_parent_run(settings.mlflow, parent, study, {"model_version": "1"}, failed=False)
     closed = client.get_run(parent)
     assert closed.info.status == "FINISHED"
     assert closed.data.metrics["trials_complete"] == 1
@@ -197,7 +199,7 @@ def test_a_trial_trains_as_a_child_run_and_tells_the_study(tmp_path: Path, bundl
 def test_the_tuned_profile_is_read_back_by_load_settings(tmp_path: Path):
     settings = _settings(tmp_path, profile_name="tuned")
     study = tuning.open_study(settings)
-    trial = study.ask(tuning.search_space(settings))
+    trial = study.ask(tuning.search_space(settings.tune))
     study.tell(trial, 0.71)
     best = tuning.best_trial(study)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from deepsummit.core.config import RateLimits
 from deepsummit.core.errors import QuotaExhausted
+from deepsummit.core.sections import RateLimits
 from deepsummit.weather.cost import RateLimiter, max_days_for, weighted_calls
 
 

@@ -17,7 +17,8 @@ from deepsummit.core.config import Settings, load_settings
 from deepsummit.core.context import RunContext
 from deepsummit.core.errors import PipelineError, QuotaExhausted
 from deepsummit.core.warehouse import connect
-from deepsummit.weather.forecast import ISSUE_FORMAT, issued_at, load_forecast, newest_forecast
+from deepsummit.weather.forecast import ISSUE_FORMAT, issued_at, newest_forecast
+from deepsummit.weather.stage import load_forecast
 
 PEAKS = ["EVER", "MANA"]
 

@@ -15,7 +15,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from deepsummit.contracts.arrays import FeatureArrays, member_logits
+from deepsummit.contracts.arrays import FeatureArrays
+from deepsummit.serve.inference import member_logits
 from deepsummit.train.trainer import TrainingSummary, TrainResult
 
 

@@ -18,7 +18,7 @@ import polars as pl
 
 from deepsummit.contracts.arrays import FeatureArrays
 from deepsummit.contracts.preprocessing import Preprocessor
-from deepsummit.core.config import BacktestConfig
+from deepsummit.core.sections import BacktestConfig
 from deepsummit.train.recipe import (
     CheckInputs,
     Recipe,

@@ -18,9 +18,10 @@ import polars as pl
 from deepsummit.backtest.answers import FoldAnswers
 from deepsummit.backtest.folds import Fold, FoldJob
 from deepsummit.backtest.push_days import PEAK_SEASON
-from deepsummit.contracts.arrays import ensemble_logit, ensemble_probability
 from deepsummit.contracts.calibration import Calibrator
-from deepsummit.core.config import Settings, TrainConfig
+from deepsummit.core.config import Settings
+from deepsummit.core.sections import TrainConfig
+from deepsummit.serve.inference import ensemble_logit, ensemble_probability
 from deepsummit.train.baselines import CATBOOST, LIGHTGBM, LOGISTIC, run_baselines
 from deepsummit.train.comparison import TRANSFORMER
 

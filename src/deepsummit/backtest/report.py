@@ -28,6 +28,23 @@ REPORT_FILE = "report.md"
 
 
 def markdown(report: BacktestReport) -> str:
+    return (
+        "\n".join(
+            [
+                *_season_lines(report),
+                *_member_group_lines(report),
+                *_peak_group_lines(report),
+                *_expedition_lines(report),
+                *_push_day_lines(report),
+                "",
+                "Folds: " + "; ".join(f"{o.fold.name} {_fold_state(o)}" for o in report.folds),
+            ]
+        )
+        + "\n"
+    )
+
+
+def _season_lines(report: BacktestReport) -> list[str]:
     table = report.seasons
     lines = [
         "### Season by season (held out, rolling origin)",
@@ -52,25 +69,6 @@ def markdown(report: BacktestReport) -> str:
         f"{report.seed_spread:.3f}",
         *_flag_lines(report.flags),
         "",
-        *_member_group_lines(report),
-        "",
-        "#### By peak group (the same folds; each group's held-out rows on their own)",
-        "",
-        "| group | held-out rows | seasons scored | "
-        + " | ".join(f"{m} within-season AUC" for m in MODELS)
-        + " | "
-        + " | ".join(table.differences)
-        + " |",
-        "| --- | ---: | ---: | " + " | ".join("---" for _ in (*MODELS, *table.differences)) + " |",
-        *(
-            f"| {group} | {t.rows:,} | {t.scored_seasons} | "
-            + " | ".join(t.within_ordinary[m].render() for m in MODELS)
-            + " | "
-            + " | ".join(d.render(4) for d in t.differences.values())
-            + " |"
-            for group, t in report.groups.items()
-        ),
-        "",
         "| season | rows | summit rate | "
         + " | ".join(f"{m} AUC" for m in MODELS)
         + " | transformer Brier | transformer ECE | note |",
@@ -87,7 +85,33 @@ def markdown(report: BacktestReport) -> str:
             f"| {season.season} | {season.rows:,} | {season.summit_rate:.2f} | {figures} "
             f"| {season.note} |"
         )
-    lines += [
+    return [*lines, ""]
+
+
+def _peak_group_lines(report: BacktestReport) -> list[str]:
+    differences = report.seasons.differences
+    return [
+        "#### By peak group (the same folds; each group's held-out rows on their own)",
+        "",
+        "| group | held-out rows | seasons scored | "
+        + " | ".join(f"{m} within-season AUC" for m in MODELS)
+        + " | "
+        + " | ".join(differences)
+        + " |",
+        "| --- | ---: | ---: | " + " | ".join("---" for _ in (*MODELS, *differences)) + " |",
+        *(
+            f"| {group} | {t.rows:,} | {t.scored_seasons} | "
+            + " | ".join(t.within_ordinary[m].render() for m in MODELS)
+            + " | "
+            + " | ".join(d.render(4) for d in t.differences.values())
+            + " |"
+            for group, t in report.groups.items()
+        ),
+    ]
+
+
+def _expedition_lines(report: BacktestReport) -> list[str]:
+    return [
         "",
         "### Seasons of expedition records, expedition by expedition",
         "",
@@ -99,8 +123,11 @@ def markdown(report: BacktestReport) -> str:
         "",
         report.expeditions.markdown(),
     ]
+
+
+def _push_day_lines(report: BacktestReport) -> list[str]:
     skill = report.push_days
-    lines += [
+    return [
         "",
         "### Push-day skill (held-out peak-seasons, archive weather as a perfect forecast)",
         "",
@@ -126,10 +153,7 @@ def markdown(report: BacktestReport) -> str:
             + " |"
             for s in skill.seasons
         ),
-        "",
-        "Folds: " + "; ".join(f"{o.fold.name} {_fold_state(o)}" for o in report.folds),
     ]
-    return "\n".join(lines) + "\n"
 
 
 def _fold_state(outcome: FoldOutcome) -> str:

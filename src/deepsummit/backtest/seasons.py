@@ -11,6 +11,7 @@ replicates for both.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -72,6 +73,45 @@ class SeasonTable:
         )
 
 
+def _within(
+    labels: np.ndarray, scores: np.ndarray, groups: list[np.ndarray], weights: np.ndarray
+) -> tuple[float, np.ndarray]:
+    """The mean of the seasons' AUCs (`groups`: each season's rows), as drawn and per
+    replicate of `weights`."""
+    if not groups:  # no season could be scored: no figure, never a silent zero
+        return float("nan"), np.full(len(weights), np.nan)
+    ones = np.ones((1, len(labels)))
+    point = np.mean([weighted_auc(labels[r], scores[r], ones[:, r])[0] for r in groups])
+    replicates = np.nanmean(
+        [weighted_auc(labels[r], scores[r], weights[:, r]) for r in groups], axis=0
+    )
+    return float(point), replicates
+
+
+def _season(
+    key: str,
+    rows: np.ndarray,
+    frame: pl.DataFrame,
+    labels: np.ndarray,
+    weights: np.ndarray,
+    models: tuple[str, ...],
+    min_rows: int,
+) -> SeasonScore:
+    """One season's scores, or the note of why it is not scored."""
+    season_labels = labels[rows]
+    note, scores = "", {}
+    if len(rows) < min_rows:
+        note = f"not scored: {len(rows)} rows (fewer than {min_rows})"
+    elif season_labels.min() == season_labels.max():
+        note = "not scored: one outcome only"
+    else:
+        scores = {
+            m: metric_intervals(season_labels, frame[m].to_numpy()[rows], weights[:, rows])
+            for m in models
+        }
+    return SeasonScore(key, len(rows), float(season_labels.mean()), scores, note)
+
+
 def season_table(
     predictions: pl.DataFrame,
     models: tuple[str, ...],
@@ -86,61 +126,39 @@ def season_table(
     ).sort("year", "season", "expid")
     labels = frame["label"].to_numpy().astype(np.float64)
     weights = replicate_weights(frame["group"].to_numpy())
-    ones = np.ones((1, len(labels)))
     seasons, scored_rows, ordinary = [], [], []
     for key in frame["season_key"].unique(maintain_order=True).to_list():
         rows = np.flatnonzero(frame["season_key"].to_numpy() == key)
-        season_labels = labels[rows]
-        note = ""
-        if len(rows) < min_rows:
-            note = f"not scored: {len(rows)} rows (fewer than {min_rows})"
-        elif season_labels.min() == season_labels.max():
-            note = "not scored: one outcome only"
-        scores = {}
-        if not note:
-            scores = {
-                m: metric_intervals(season_labels, frame[m].to_numpy()[rows], weights[:, rows])
-                for m in models
-            }
+        season = _season(key, rows, frame, labels, weights, models, min_rows)
+        if season.scored:
             scored_rows.append(rows)
             if key in disaster_seasons:
                 note = "disaster season: shown, left out of the ordinary mean"
+                season = dataclasses.replace(season, note=note)
             else:
                 ordinary.append(rows)
-        seasons.append(SeasonScore(key, len(rows), float(season_labels.mean()), scores, note))
-
-    def within(groups: list[np.ndarray], model: str) -> tuple[float, np.ndarray]:
-        if not groups:  # no season could be scored: no figure, never a silent zero
-            return float("nan"), np.full(len(weights), np.nan)
-        scores = frame[model].to_numpy()
-        point = np.mean([weighted_auc(labels[r], scores[r], ones[:, r])[0] for r in groups])
-        replicates = np.nanmean(
-            [weighted_auc(labels[r], scores[r], weights[:, r]) for r in groups], axis=0
-        )
-        return float(point), replicates
-
+        seasons.append(season)
     first, *others = models
-    within_all = {m: interval(*within(scored_rows, m)) for m in models}
-    ordinary_parts = {m: within(ordinary, m) for m in models}
-    pooled = {
-        m: interval(
-            weighted_auc(labels, frame[m].to_numpy(), ones)[0],
-            weighted_auc(labels, frame[m].to_numpy(), weights),
-        )
-        for m in models
-    }
-    differences = {
-        difference_name(first, other): interval(
-            ordinary_parts[first][0] - ordinary_parts[other][0],
-            ordinary_parts[first][1] - ordinary_parts[other][1],
-        )
-        for other in others
-    }
+    scores = {m: frame[m].to_numpy() for m in models}
+    ordinary_parts = {m: _within(labels, scores[m], ordinary, weights) for m in models}
+    ones = np.ones((1, len(labels)))
     return SeasonTable(
         models=models,
         seasons=tuple(seasons),
-        within=within_all,
+        within={m: interval(*_within(labels, scores[m], scored_rows, weights)) for m in models},
         within_ordinary={m: interval(*ordinary_parts[m]) for m in models},
-        pooled=pooled,
-        differences=differences,
+        pooled={
+            m: interval(
+                weighted_auc(labels, scores[m], ones)[0],
+                weighted_auc(labels, scores[m], weights),
+            )
+            for m in models
+        },
+        differences={
+            difference_name(first, other): interval(
+                ordinary_parts[first][0] - ordinary_parts[other][0],
+                ordinary_parts[first][1] - ordinary_parts[other][1],
+            )
+            for other in others
+        },
     )

@@ -24,9 +24,10 @@ from deepsummit.backtest.push_days import (
 )
 from deepsummit.backtest.seasons import SeasonTable, season_table
 from deepsummit.contracts.member_groups import MEMBER_COLUMNS
-from deepsummit.core.config import BacktestConfig, Settings
+from deepsummit.core.config import Settings
 from deepsummit.core.errors import PipelineError
 from deepsummit.core.seasons import season_name
+from deepsummit.core.sections import BacktestConfig
 from deepsummit.features.groups import PEAK_GROUPS, peak_groups
 from deepsummit.train.bootstrap import Interval, interval, replicate_weights, weighted_ece
 from deepsummit.train.comparison import TRANSFORMER, flat_answer, slug

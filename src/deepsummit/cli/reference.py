@@ -15,7 +15,7 @@ import sys
 import typer
 
 from deepsummit.cli.app import app
-from deepsummit.core.config import PROJECT_ROOT
+from deepsummit.core.sections import PROJECT_ROOT
 
 REFERENCE = PROJECT_ROOT / "docs" / "cli.md"
 WIDTH = 100

@@ -6,7 +6,7 @@ A version's folder (`model/` among its MLflow artifacts):
     weights/seed-<seed>.pt     one state dict per training seed, the best (by validation AUC)
                                first in metadata.json; the others give the prediction band
     preprocessing.json         the Preprocessor fitted on the training split
-    calibration.json           the Calibrator fitted on the validation split
+    calibration.json           the Calibrator fitted on the member check's held-out members
     history/<table>.parquet    the history tables the features were computed from, as of the
                                records the model was trained with (deepsummit/features/tabular.py)
     drift_profile.json         the training split's input distributions: the reference newer
@@ -31,8 +31,8 @@ from typing import Any
 import polars as pl
 
 from deepsummit.contracts.calibration import Calibrator
-from deepsummit.contracts.drift import DistributionProfile
 from deepsummit.contracts.preprocessing import Preprocessor
+from deepsummit.contracts.profile import DistributionProfile
 from deepsummit.contracts.tensors import load_tensors, save_tensors
 from deepsummit.model.config import ModelConfig
 from deepsummit.model.transformer import DeepSummitTransformer

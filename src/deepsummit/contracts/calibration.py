@@ -1,14 +1,14 @@
-"""Post-hoc calibration: a map from the model's logit to a probability, fitted on the validation
-split and applied to everything the model says afterwards.
+"""Post-hoc calibration: a map from the model's logit to a probability, fitted on held-out member
+records (the member check, deepsummit/train/recipe.py) and applied to everything the model says
+afterwards.
 
 - temperature: p = σ(z / T), one parameter; keeps the ranking, fixes over- or under-confidence.
 - platt: p = σ(a·z + b), two parameters; also moves the base rate.
 - isotonic: a monotone step function of z fitted by pool-adjacent-violators; the most flexible.
 
-Which one the models use is `train.calibration` (deepsummit/core/config.py says why the default is
-the one it is); `bench/calibration.py` measures them side by side (validation cross-fit and test,
-ECE and Brier). Temperature and Platt are strictly monotone in z, so they leave the AUC as it was;
-isotonic's steps tie rows and can change it.
+Which one the models use is `train.calibration` (deepsummit/core/sections.py says why the default
+is the one it is). Temperature and Platt are strictly monotone in z, so they leave the AUC as it
+was; isotonic's steps tie rows and can change it.
 """
 
 from __future__ import annotations

@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from deepsummit.contracts.artifact import ARTIFACT_NAME, files_digest
-from deepsummit.core.config import MlflowConfig
 from deepsummit.core.errors import PipelineError, ServiceUnavailable
 from deepsummit.core.http_retry import send
+from deepsummit.core.sections import MlflowConfig, is_url
 
 if TYPE_CHECKING:
     import mlflow.pyfunc
@@ -93,7 +93,7 @@ def champion_version(config: MlflowConfig) -> RegisteredVersion:
 
 
 def _over_rest(tracking_uri: str) -> bool:
-    return tracking_uri.startswith(("http://", "https://")) and not any(
+    return is_url(tracking_uri) and not any(
         os.environ.get(variable) for variable in _CLIENT_ONLY_VARIABLES
     )
 
@@ -152,7 +152,7 @@ def registry_reachable(tracking_uri: str, timeout_s: float = 3.0) -> bool:
     """A file or database store is always there; a tracking server answers its health check
     (asked quickly: a server that is down is not retried, so a stage that only reads from the
     registry does not hang; a busy one's transient answers are)."""
-    if not tracking_uri.startswith(("http://", "https://")):
+    if not is_url(tracking_uri):
         return True
     try:
         send(urllib.request.Request(f"{tracking_uri.rstrip('/')}/health"), timeout_s)

@@ -19,7 +19,6 @@ from pathlib import Path
 import polars as pl
 
 from deepsummit.contracts.arrays import FeatureArrays
-from deepsummit.contracts.artifact import DRIFT_PROFILE
 from deepsummit.contracts.preprocessing import Preprocessor
 from deepsummit.core.errors import PipelineError
 
@@ -29,7 +28,6 @@ SNAPSHOT_FILE = "features.parquet"
 WINDOWS_FILE = "windows.parquet"
 HISTORY_DIR = "history"
 PLANNED_TEST_FILE = "planned_test.parquet"
-DRIFT_PROFILE_FILE = DRIFT_PROFILE
 
 
 def load_history(directory: Path) -> dict[str, pl.DataFrame]:

@@ -23,8 +23,8 @@ from typing import Any
 import duckdb
 import polars as pl
 
-from deepsummit.core.config import WarehouseConfig
 from deepsummit.core.errors import BadInput, ServiceUnavailable
+from deepsummit.core.sections import WarehouseConfig
 
 DEFAULT_LOCK_TIMEOUT_S = WarehouseConfig().lock_timeout_s
 # DuckDB's message when another process holds the file (duckdb 2.0):
@@ -144,14 +144,6 @@ def query(
     return con.sql(sql(name), params=params or {}).pl()
 
 
-def table_exists(con: duckdb.DuckDBPyConnection, table: str) -> bool:
-    return bool(
-        con.execute(
-            "SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [table]
-        ).fetchall()[0][0]
-    )
-
-
 def frame_digest(frame: pl.DataFrame) -> str:
     """A content digest of a frame that ignores row order: sha256 over sorted row hashes."""
     if frame.is_empty():
@@ -159,7 +151,3 @@ def frame_digest(frame: pl.DataFrame) -> str:
     row_hashes = frame.hash_rows(seed=0).sort()  # polars 2.x takes one seed
     header = ",".join(f"{name}:{dtype}" for name, dtype in frame.schema.items())
     return hashlib.sha256(header.encode() + row_hashes.to_numpy().tobytes()).hexdigest()
-
-
-def table_digest(con: duckdb.DuckDBPyConnection, table: str) -> str:
-    return frame_digest(con.sql(f'SELECT * FROM "{table}"').pl())

@@ -1,6 +1,6 @@
 """The drift stage: how far the newest season's inputs have moved from what the champion was
 trained on in the same season and weeks (population stability per tabular input, the shift of
-each weather variable's mean; deepsummit/contracts/monitor.py says what is compared with what).
+each weather variable's mean; deepsummit/drift/monitor.py says what is compared with what).
 
 It reads a features snapshot and the champion, so a new champion renews this report and
 nothing else; the report is written as JSON under `<var_dir>/drift/` and logged to MLflow as a
@@ -16,19 +16,17 @@ from pathlib import Path
 
 import mlflow
 
+from deepsummit.contracts.artifact import DRIFT_PROFILE
 from deepsummit.contracts.champion import champion_file
-from deepsummit.contracts.drift import DistributionProfile, DriftReport
-from deepsummit.contracts.monitor import input_drift
 from deepsummit.contracts.preprocessing import Preprocessor
-from deepsummit.contracts.snapshot import (
-    DRIFT_PROFILE_FILE,
-    PREPROCESSING_FILE,
-    read_features,
-    read_windows,
-)
-from deepsummit.core.config import MlflowConfig, Settings
+from deepsummit.contracts.profile import DistributionProfile
+from deepsummit.contracts.snapshot import PREPROCESSING_FILE, read_features, read_windows
+from deepsummit.core.config import Settings
 from deepsummit.core.context import RunContext
 from deepsummit.core.seasons import newest_season_rows
+from deepsummit.core.sections import MlflowConfig, PathsConfig
+from deepsummit.drift.comparison import DriftReport
+from deepsummit.drift.monitor import input_drift
 
 REPORTS_DIR = "drift"  # under paths.var_dir
 
@@ -50,14 +48,14 @@ class DriftCheck:
         )
 
 
-def reports_dir(settings: Settings) -> Path:
-    return settings.paths.var_dir / REPORTS_DIR
+def reports_dir(paths: PathsConfig) -> Path:
+    return paths.var_dir / REPORTS_DIR
 
 
 def check_drift(settings: Settings, context: RunContext, features_snapshot: Path) -> DriftCheck:
     """The snapshot's newest season against the champion's training split; "not compared"
     when the registry has no champion with a drift reference."""
-    found = champion_file(settings.mlflow, DRIFT_PROFILE_FILE)
+    found = champion_file(settings.mlflow, DRIFT_PROFILE)
     if found is None:
         return DriftCheck(None, "no champion with a drift reference in the registry")
     version, reference = found
@@ -76,7 +74,7 @@ def check_drift(settings: Settings, context: RunContext, features_snapshot: Path
             f"champion v{version} keeps no training rows of {season}'s season and weeks "
             "(a champion trained before they were kept: the next training keeps them)",
         )
-    path = reports_dir(settings) / f"{features_snapshot.name}-v{version}.json"
+    path = reports_dir(settings.paths) / f"{features_snapshot.name}-v{version}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report.as_dict(), indent=2))
     log_drift(settings.mlflow, report, version, context.tags)

@@ -13,9 +13,9 @@ from __future__ import annotations
 import duckdb
 import polars as pl
 
-from deepsummit.core.config import FeaturesConfig
 from deepsummit.core.errors import PipelineError
 from deepsummit.core.inputs import WINDOW_DAYS
+from deepsummit.core.sections import FeaturesConfig
 from deepsummit.core.warehouse import query, registered, run
 from deepsummit.features.windows import compute_windows
 

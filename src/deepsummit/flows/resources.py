@@ -1,10 +1,7 @@
-"""What the stages read and write, by name: each resource knows its Prefect asset keys, what a
-reader's cache key records of it, whether it exists, and the facts a writer reports.
-
-Keys are stable URIs naming the warehouse table, the file or the registered model version, so the
-same thing gets the same key in every run (and in the CLI's runs):
-`duckdb://<warehouse>/<table>`, `file://<path>` (or the URL of a remote source),
-`mlflow://<tracking host>/models/<name>/<version>`.
+"""What the stages read and write, by name (deepsummit/flows/resource.py says what a resource
+knows): the warehouse's tables, the record sources, the weather source and the forecasts, the
+features snapshot, the registered model version and the champion, the drift and backtest
+reports, the outlooks.
 """
 
 from __future__ import annotations
@@ -14,110 +11,25 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 import duckdb
-from prefect.assets import Asset, AssetProperties
-from prefect.types.names import RESTRICTED_ASSET_CHARACTERS
+from prefect.assets import Asset
 
 from deepsummit.core import warehouse
-from deepsummit.core.config import Settings, SourcesConfig, is_url
+from deepsummit.core.config import Settings
 from deepsummit.core.errors import PipelineError, ServiceUnavailable
+from deepsummit.core.sections import MlflowConfig, SourcesConfig, is_url
 from deepsummit.features.tabular import HISTORY_TABLES
 from deepsummit.flows.artifacts import link
+from deepsummit.flows.resource import (
+    Resource,
+    asset,
+    file_state,
+    source_asset,
+    table_names,
+    tracking_host,
+)
 from deepsummit.weather import store as weather_store
-
-
-def _key(uri: str) -> str:
-    # A path with a space or a `#` is still a path; asset keys refuse those characters.
-    for char in RESTRICTED_ASSET_CHARACTERS:
-        uri = uri.replace(char, "_")
-    return uri
-
-
-def _asset(uri: str, name: str, description: str, url: str | None = None) -> Asset:
-    return Asset(
-        key=_key(uri), properties=AssetProperties(name=name, description=description, url=url)
-    )
-
-
-def file_state(location: str) -> str:
-    """A URL as it is (its content is only known by reading it); a file's size and mtime; a
-    folder's files, each so."""
-    if is_url(location):
-        return location
-    path = Path(location)
-    if not path.exists():
-        return f"{path}: missing"  # the stage itself reports the missing file
-    if path.is_dir():
-        return ";".join(file_state(str(p)) for p in sorted(path.rglob("*")) if p.is_file())
-    stat = path.stat()
-    return f"{path}:{stat.st_size}:{stat.st_mtime_ns}"
-
-
-def source_asset(location: str) -> Asset:
-    """A raw input: a URL as it is, a file as file://<absolute path>."""
-    uri = location if is_url(location) else f"file://{Path(location).resolve()}"
-    return _asset(uri, Path(urlparse(uri).path).name, f"raw input {location}")
-
-
-def table_names(con: duckdb.DuckDBPyConnection) -> set[str]:
-    return set(warehouse.query(con, "flows_table_names")["table_name"])
-
-
-def tracking_host(tracking_uri: str) -> str:
-    """host:port of an http tracking URI; the store's path for a sqlite/file one."""
-    parsed = urlparse(tracking_uri)
-    return parsed.netloc or parsed.path.lstrip("/")
-
-
-class Resource:
-    """Something a stage reads or writes. Subclasses say what it is; these defaults suit an
-    external input that a stage checks itself."""
-
-    name: str
-
-    def assets(self, settings: Settings, report: Any = None) -> list[Asset]:
-        raise NotImplementedError
-
-    def cache_input(self, settings: Settings) -> Any:
-        """What a reading stage's cache key records: the content, or a proxy for it."""
-        raise NotImplementedError
-
-    def present(self, settings: Settings) -> bool:
-        return True
-
-    def applies(self, settings: Settings) -> bool:
-        """Whether a stage that declares it writes it with these settings."""
-        return True
-
-    def location(self, settings: Settings) -> Path | None:
-        """A path the reading stage is given as a keyword argument named after the resource;
-        None for what the stage finds through the settings (warehouse tables, sources)."""
-        return None
-
-    def facts(self, settings: Settings, report: Any) -> dict[str, Any]:
-        """Asset metadata after a stage wrote it (rows, digest, …)."""
-        return {}
-
-    def links(self, report: Any) -> str:
-        """Markdown links for the lineage table (where a person sees it in another UI)."""
-        return ""
-
-    # Late resources are named by the stage's result (a registry assigns the version number), so
-    # they are materialised by a second task once the stage has returned.
-    late: bool = False
-    # In the DuckDB warehouse: a stage writing it holds the warehouse slot
-    # (deepsummit/flows/runner.py).
-    in_warehouse: bool = False
-
-    @property
-    def tables(self) -> tuple[str, ...]:
-        """The warehouse tables it is kept in."""
-        return ()
-
-    # What to run when it is missing, for a resource no stage of a chain writes.
-    missing_hint: str = ""
 
 
 @dataclass(frozen=True)
@@ -133,7 +45,7 @@ class Table(Resource):
 
     def assets(self, settings: Settings, report: Any = None) -> list[Asset]:
         path = settings.paths.warehouse
-        return [_asset(f"duckdb://{path}/{self.name}", self.name, f"table {self.name} of {path}")]
+        return [asset(f"duckdb://{path}/{self.name}", self.name, f"table {self.name} of {path}")]
 
     def _digest(self, con: duckdb.DuckDBPyConnection) -> tuple[int, str]:
         if self.name == "weather_daily":  # values only: a refetch of the same values is no change
@@ -165,7 +77,7 @@ class RawTable(Table):
     native HDB export replaces the TidyTuesday layout of its table)."""
 
     def applies(self, settings: Settings) -> bool:
-        from deepsummit.records.ingest import source_layouts
+        from deepsummit.records.stage import source_layouts
 
         return self.name in {layout.name for layout, _ in source_layouts(settings.sources).values()}
 
@@ -223,7 +135,7 @@ class FeaturesSnapshot(Resource):
     def assets(self, settings: Settings, report: Any = None) -> list[Asset]:
         directory = settings.features.features_dir
         return [
-            _asset(
+            asset(
                 f"file://{directory}",
                 "features snapshots",
                 f"model inputs per split with their preprocessing, one folder per digest in "
@@ -256,11 +168,11 @@ class FeaturesSnapshot(Resource):
         return {"rows": report.rows, "digest": report.digest, "source": str(report.directory)}
 
 
-def model_asset(settings: Settings, version: str, url: str | None) -> Asset:
+def model_asset(config: MlflowConfig, version: str, url: str | None) -> Asset:
     """A version of the registered model: the same key whether a run registered it or read it."""
-    name = settings.mlflow.registered_model
-    host = tracking_host(settings.mlflow.tracking_uri)
-    return _asset(
+    name = config.registered_model
+    host = tracking_host(config.tracking_uri)
+    return asset(
         f"mlflow://{host}/models/{name}/{version}",
         f"{name} v{version}",
         f"version {version} of the registered model {name}",
@@ -275,7 +187,7 @@ class ModelVersion(Resource):
     late = True
 
     def assets(self, settings: Settings, report: Any = None) -> list[Asset]:
-        return [model_asset(settings, str(report.model_version), report.model_url)]
+        return [model_asset(settings.mlflow, str(report.model_version), report.model_url)]
 
     def facts(self, settings: Settings, report: Any) -> dict[str, Any]:
         return {
@@ -312,7 +224,7 @@ class ChampionModel(Resource):
         version = str(self._version(settings).version)
         name = settings.mlflow.registered_model
         _, url = ui_links(settings.mlflow.tracking_uri, "", "", name, version)
-        return [model_asset(settings, version, url if url.startswith("http") else None)]
+        return [model_asset(settings.mlflow, version, url if is_url(url) else None)]
 
     def present(self, settings: Settings) -> bool:
         try:
@@ -336,12 +248,12 @@ class DriftReports(Resource):
     def _directory(self, settings: Settings) -> Path:
         from deepsummit.drift.stage import reports_dir
 
-        return reports_dir(settings)
+        return reports_dir(settings.paths)
 
     def assets(self, settings: Settings, report: Any = None) -> list[Asset]:
         directory = self._directory(settings)
         return [
-            _asset(
+            asset(
                 f"file://{directory}",
                 "drift reports",
                 f"the newest season's inputs against the champion's training split, in {directory}",
@@ -375,7 +287,7 @@ class BacktestReports(Resource):
     def assets(self, settings: Settings, report: Any = None) -> list[Asset]:
         directory = self._directory(settings)
         return [
-            _asset(
+            asset(
                 f"file://{directory}",
                 "backtest reports",
                 f"season-by-season and push-day backtests of the features snapshots, in "
@@ -420,7 +332,7 @@ class ForecastWeather(Resource):
     def assets(self, settings: Settings, report: Any = None) -> list[Asset]:
         path = settings.paths.warehouse
         return [
-            _asset(
+            asset(
                 f"duckdb://{path}/weather_daily/forecast",
                 "forecast weather",
                 f"Open-Meteo forecasts in weather_daily of {path}, one source per issue",

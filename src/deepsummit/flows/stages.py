@@ -21,7 +21,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deepsummit.core.errors import PipelineError, QuotaExhausted
-from deepsummit.flows.resources import HISTORY_TABLES, RAW_RECORD_TABLES, RESOURCES, Resource
+from deepsummit.features.tabular import HISTORY_TABLES
+from deepsummit.flows.resource import Resource
+from deepsummit.flows.resources import RAW_RECORD_TABLES, RESOURCES
 
 
 @dataclass(frozen=True)
@@ -66,7 +68,7 @@ class Stage:
 
 INGEST = Stage(
     "ingest",
-    "deepsummit.records.ingest:ingest_records",
+    "deepsummit.records.stage:ingest_records",
     reads=("record_sources",),
     writes=("members", "expeditions", "expedition_details", "peaks", "quarantine"),
     side_writes=RAW_RECORD_TABLES,
@@ -76,7 +78,7 @@ INGEST = Stage(
 )
 WEATHER = Stage(
     "weather",
-    "deepsummit.weather:load_weather",
+    "deepsummit.weather.stage:load_weather",
     reads=("members", "expeditions", "peaks", "weather_source"),
     writes=("weather_daily",),
     side_writes=("weather_api_calls", "quarantine"),
@@ -88,7 +90,7 @@ WEATHER = Stage(
 )
 FEATURES = Stage(
     "features",
-    "deepsummit.features.build:build_features",
+    "deepsummit.features.stage:build_features",
     reads=("members", "expeditions", "expedition_details", "peaks", "weather_daily"),
     writes=("features", "features_snapshot"),
     side_writes=(
@@ -137,7 +139,7 @@ BACKTEST = Stage(
 
 FORECAST = Stage(
     "forecast",
-    "deepsummit.weather.forecast:load_forecast",
+    "deepsummit.weather.stage:load_forecast",
     reads=("peaks", "forecast_api"),
     writes=("forecast_weather",),
     side_writes=("weather_api_calls", "quarantine"),
@@ -149,7 +151,7 @@ FORECAST = Stage(
 )
 OUTLOOK = Stage(
     "outlook",
-    "deepsummit.serve.outlook:plan_outlook",
+    "deepsummit.serve.stage:plan_outlook",
     reads=("forecast_weather", "champion_model"),
     writes=("outlooks",),
     settings=("outlook",),
@@ -160,7 +162,7 @@ OUTLOOK = Stage(
 
 REPLAY = Stage(
     "replay",
-    "deepsummit.serve.outlook:replay_outlook",
+    "deepsummit.serve.stage:replay_outlook",
     reads=("weather_daily", "champion_model"),
     writes=(),
     settings=("outlook", "weather.source"),

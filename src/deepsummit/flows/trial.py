@@ -35,7 +35,7 @@ def trial(
         profile: settings profile of deepsummit.toml the search runs with.
         overrides: the search's settings overrides, nested as in deepsummit.toml.
     """
-    from deepsummit.train.tuning import run_trial  # torch and MLflow load only when a trial runs
+    from deepsummit.train.trial import run_trial  # torch and MLflow load only when a trial runs
 
     settings = load_settings(profile, overrides or {})
     outcome = run_trial(

@@ -51,7 +51,7 @@ async def _search(
 
     logger = get_run_logger()
     tune = settings.tune
-    space = tuning.search_space(settings)
+    space = tuning.search_space(settings.tune)
     uid = tuning.study_uid(study)
 
     async def launch(number: int) -> FlowRun:
@@ -159,15 +159,37 @@ def tune(
         best = tuning.best_trial(study)
         profile_file = tuning.save_profile(settings, best, study.study_name)
         final = _register_best(settings, profile, merged, best.params)
-        facts = tuning.adopt_final_run(settings, parent_run_id, str(final.id), best.number)
+        facts = tuning.adopt_final_run(settings.mlflow, parent_run_id, str(final.id), best.number)
     except BaseException:
-        tuning.close_parent_run(settings, parent_run_id, study, facts, failed=True)
+        tuning.close_parent_run(settings.mlflow, parent_run_id, study, facts, failed=True)
         raise
-    tuning.close_parent_run(settings, parent_run_id, study, facts, failed=False)
+    tuning.close_parent_run(settings.mlflow, parent_run_id, study, facts, failed=False)
 
-    summary = {
+    summary = _summary(settings, study, best, profile_file, parent_run_id, flow_runs, final, facts)
+    create_markdown_artifact(
+        key=TUNE_ARTIFACT,
+        markdown=_summary_markdown(study, summary, tuning.trials_markdown(study)),
+        description="Trials of the hyperparameter search and the registered best configuration",
+    )
+    return summary
+
+
+def _summary(
+    settings: Settings,
+    study: Any,
+    best: Any,
+    profile_file: Path,
+    parent_run_id: str,
+    flow_runs: dict[int, str],
+    final: Any,
+    facts: dict[str, str],
+) -> dict[str, Any]:
+    """What the search returns: the study, the best trial, where its profile and runs are."""
+    from deepsummit.train import tuning
+
+    return {
         "study": study.study_name,
-        "storage": tuning.redacted(tuning.storage_url(settings)),
+        "storage": tuning.redacted(tuning.storage_url(settings.tune)),
         "best_trial": best.number,
         "best_val_auc": best.value,
         "best_params": best.params,
@@ -177,12 +199,6 @@ def tune(
         "final_flow_run_id": str(final.id),
         **facts,
     }
-    create_markdown_artifact(
-        key=TUNE_ARTIFACT,
-        markdown=_summary_markdown(study, summary, tuning.trials_markdown(study)),
-        description="Trials of the hyperparameter search and the registered best configuration",
-    )
-    return summary
 
 
 def _summary_markdown(study: Any, summary: dict[str, Any], trials: str) -> str:

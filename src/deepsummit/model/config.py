@@ -6,9 +6,10 @@ binary tabular inputs [8 / 6 / 6], T_tab = N_num + N_cat + N_bin tabular tokens 
 weather tokens [26 = 7 + 10 + 9], V weather variables per token [15], S = 1 + T_tab + T_w
 positions [47], k ensemble members [1].
 
-It is also the settings' `model` section (deepsummit/core/config.py): a profile sets the knobs
-(hidden size, layers, heads, dropout, …); the fields in `INPUT_DIMENSIONS` are fixed by the
-model's inputs, filled in from the features at training (`with_inputs`), never by a setting.
+It is also the settings' `model` section (`Settings.model`, deepsummit/core/config.py): a
+profile sets the knobs (hidden size, layers, heads, dropout, …); the fields in
+`INPUT_DIMENSIONS` are fixed by the model's inputs, filled in from the features at training
+(`with_inputs`), never by a setting.
 """
 
 from __future__ import annotations

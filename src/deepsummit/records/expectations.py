@@ -167,7 +167,8 @@ def clean_table_expectations(table: str) -> list[Expectation]:
     Rows present, keys unique and not null, required columns not null, value sets and ranges
     block the load (severity critical): a table breaking them is not written. Fill rates and
     the summit rate describe the data rather than bound it (a small or unusual source may
-    differ), so they warn (severity warning)."""
+    differ), so they warn (severity warning). The suite is declared here whole, one
+    expectation a line, so the function is as long as the suite."""
     gx = import_gx()
     e = gx.expectations
     keys = list(validation.KEYS[table])

@@ -8,9 +8,9 @@ import urllib.request
 import zlib
 from pathlib import Path
 
-from deepsummit.core.config import is_url
 from deepsummit.core.errors import SourceUnavailable, SourceUnreadable
 from deepsummit.core.http_retry import send
+from deepsummit.core.sections import is_url
 
 GZIP_MAGIC = b"\x1f\x8b"
 DEFAULT_TIMEOUT_S = 60.0

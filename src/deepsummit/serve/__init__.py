@@ -1,1 +1,2 @@
-"""Serving: the registered pyfunc and scoring planned attempts with the champion."""
+"""Serving: the registered pyfunc, the champion's answer for planned attempts (inference,
+scoring, predict) and the push-day outlook."""

@@ -4,7 +4,7 @@ candidate push day of the next two weeks, from the newest stored forecast, with 
 Every candidate day D is a planned attempt with its own 90 days D-89 … D: the forecast's past
 days and the days ahead up to D. The champion scores them as any MLflow client would, through
 its pyfunc (deepsummit/serve/pyfunc.py). Each P carries its band: the lowest and highest P of the
-champion's ensemble members (deepsummit/contracts/arrays.py); the team's expected summiters is
+champion's ensemble members (deepsummit/serve/inference.py); the team's expected summiters is
 the sum of its members' P (band: the sums of the lowest and of the highest). The best day is
 the one with the most expected summiters.
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 import base64
 import csv
 import datetime as dt
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,28 +23,25 @@ import pandas as pd
 import polars as pl
 from pydantic import ValidationError
 
-from deepsummit.contracts.arrays import BAND_MEANING
 from deepsummit.contracts.artifact import ModelArtifact
 from deepsummit.contracts.champion import TAG_WEATHER_SOURCE, champion_version, load_verified
-from deepsummit.contracts.drift import DriftReport
-from deepsummit.contracts.monitor import weather_drift
-from deepsummit.core.config import OutlookConfig, Settings, TeamMember
+from deepsummit.core.config import Settings
 from deepsummit.core.context import RunContext
-from deepsummit.core.errors import BadInput, ServiceUnavailable
+from deepsummit.core.errors import BadInput
 from deepsummit.core.inputs import WEATHER_VARIABLES, WINDOW_DAYS
-from deepsummit.core.planned import planned_frame, planned_record, today
-from deepsummit.core.warehouse import connect, query, registered, run
+from deepsummit.core.planned import planned_frame, planned_record
+from deepsummit.core.sections import OutlookConfig, TeamMember
+from deepsummit.core.warehouse import connect, registered, run
+from deepsummit.drift.comparison import DriftReport
+from deepsummit.drift.monitor import weather_drift
+from deepsummit.serve.inference import BAND_MEANING
 from deepsummit.serve.planned import parse_planned
 from deepsummit.serve.scoring import planned_features
 from deepsummit.weather.forecast import (
-    forecast_locations,
     issued_at,
-    newest_forecast,
-    untrusted_peaks,
 )
 
 TEAM = "team"  # the `member` of a team row in the outlooks table
-CHART_FILE = "outlook.png"
 OUTLOOK_CHART_ALT = "P(summit) by push day"  # the chart's alt text in the artifact
 
 
@@ -92,7 +89,7 @@ class DayOutlook:
 @dataclass(frozen=True)
 class PeakOutlook:
     peakid: str
-    weather_source: str  # forecast@<issue time>, the replay's source, or NO_WEATHER
+    weather_source: str  # forecast@<issue time>, the replay's source, or NO_WEATHER_SOURCE
     days: tuple[DayOutlook, ...]
     notes: tuple[str, ...]
 
@@ -146,7 +143,7 @@ class OutlookReport:
                 f"{len(self.members)} [{best.low:.2f}–{best.high:.2f}]"
                 + (
                     "; without weather the days differ by the calendar only"
-                    if peak.weather_source == NO_WEATHER
+                    if peak.weather_source == NO_WEATHER_SOURCE
                     else ""
                 )
             )
@@ -230,7 +227,7 @@ class OutlookReport:
 
 
 # The weather source of a peak answered without weather (outlook.without_weather).
-NO_WEATHER = "none"
+NO_WEATHER_SOURCE = "none"
 
 
 def candidate_days(first: dt.date, days: int) -> list[dt.date]:
@@ -326,7 +323,7 @@ def outlook_for(
         notes.add(source)
     outlook = PeakOutlook(
         peakid=peakid,
-        weather_source=source if daily is not None else NO_WEATHER,
+        weather_source=source if daily is not None else NO_WEATHER_SOURCE,
         days=tuple(
             DayOutlook(
                 day=day,
@@ -364,61 +361,6 @@ def forecast_drift(
     )
 
 
-def plan_outlook(settings: Settings, context: RunContext) -> OutlookReport:
-    """The outlook stage: each configured peak's outlook from its newest stored forecast, by
-    the champion; upserted into the outlooks table and charted in the run folder. A peak
-    without trusted coordinates has no forecast: one line, or with outlook.without_weather,
-    the plan's P without weather."""
-    config = settings.outlook
-    peakids = list(config.peaks)
-    with connect(settings.paths.warehouse, read_only=True) as con:
-        untrusted = untrusted_peaks(con, peakids) if config.without_weather else {}
-        forecasted = [p for p in peakids if p not in untrusted]
-        forecast_locations(con, forecasted, settings.weather)  # coordinates still trusted
-        forecast = newest_forecast(con, forecasted)
-    missing = [p for p in forecasted if p not in forecast.sources]
-    if missing:
-        raise ServiceUnavailable(
-            f"no forecast stored for {', '.join(missing)}: run the forecast first"
-        )
-    weather = {
-        peakid: (forecast.daily.filter(pl.col("peakid") == peakid), forecast.sources[peakid])
-        if peakid in forecast.sources
-        else (None, untrusted[peakid])
-        for peakid in peakids
-    }
-    first_day = config.first_day or today(settings.weather.timezone)
-    report = score_outlook(settings, context, first_day, weather)
-    return replace(report, rows=write_outlooks(settings, report))
-
-
-def replay_outlook(settings: Settings, context: RunContext) -> OutlookReport:
-    """The outlook a team would have seen on the morning of `outlook.as_of`, by the champion,
-    from the stored weather of `weather.source` (the archive: a perfect forecast of the days
-    ahead, so it shows what the model reads from the weather, not what a forecast would have
-    said). Charted in the run folder; the outlooks table keeps forecasts only. A peak the
-    source has no weather of gets, with outlook.without_weather, the plan's P without it."""
-    config = settings.outlook
-    if config.as_of is None:
-        raise BadInput("a replay needs a date: --as-of YYYY-MM-DD (outlook.as_of)")
-    source = settings.weather.source
-    days = candidate_days(config.as_of, config.days)
-    first = days[0] - dt.timedelta(days=WINDOW_DAYS - 1)
-    weather: dict[str, tuple[pl.DataFrame | None, str]] = {}
-    with connect(settings.paths.warehouse, read_only=True) as con:
-        for peakid in config.peaks:
-            daily = query(
-                con,
-                "serving_daily_weather",
-                {"peakid": peakid, "source": source, "first": first, "last": days[-1]},
-            )
-            if daily.is_empty() and config.without_weather:
-                weather[peakid] = (None, f"{peakid}: no weather of {source!r} stored")
-            else:
-                weather[peakid] = (daily, source)
-    return score_outlook(settings, context, config.as_of, weather)
-
-
 def score_outlook(
     settings: Settings,
     context: RunContext,
@@ -443,7 +385,7 @@ def score_outlook(
         peaks.append(peak)
         if daily is not None:
             fed.append(asked)
-    report = OutlookReport(
+    return OutlookReport(
         members=members,
         peaks=tuple(peaks),
         model_version=version,
@@ -452,14 +394,13 @@ def score_outlook(
         if fed
         else None,
     )
-    return replace(report, chart=plot_outlook(report, context.run_dir / CHART_FILE))
 
 
 def outlook_rows(report: OutlookReport) -> pl.DataFrame:
     """The report as rows of the outlooks table: per peak, push day and member, and the team.
     The table keeps forecast outlooks: a peak answered without weather is not one."""
     records = []
-    for peak in (p for p in report.peaks if p.weather_source != NO_WEATHER):
+    for peak in (p for p in report.peaks if p.weather_source != NO_WEATHER_SOURCE):
         issued = issued_at(peak.weather_source)
         for day in peak.days:
             named = zip((m.name for m in report.members), day.members, strict=True)
@@ -483,7 +424,7 @@ def outlook_rows(report: OutlookReport) -> pl.DataFrame:
 def write_outlooks(settings: Settings, report: OutlookReport) -> int:
     """Upsert the report into `outlooks` (deepsummit/sql/outlook_upsert.sql): the same forecast,
     model and team again replaces its rows, never duplicates them."""
-    if all(peak.weather_source == NO_WEATHER for peak in report.peaks):
+    if all(peak.weather_source == NO_WEATHER_SOURCE for peak in report.peaks):
         return 0
     frame = outlook_rows(report)
     with connect(settings.paths.warehouse, lock_timeout_s=settings.warehouse.lock_timeout_s) as con:
@@ -491,54 +432,3 @@ def write_outlooks(settings: Settings, report: OutlookReport) -> int:
         with registered(con, outlook_batch=frame):
             run(con, "outlook_upsert")
     return frame.height
-
-
-def plot_outlook(report: OutlookReport, path: Path) -> Path:
-    """One panel per peak: each member's P by push day (thin) and the team's mean P with the
-    band of the model's ensemble members (bold), the best day marked."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, panels = plt.subplots(
-        len(report.peaks), 1, figsize=(8, 3.2 * len(report.peaks)), squeeze=False
-    )
-    size = len(report.members)
-    for axes, peak in zip(panels[:, 0], report.peaks, strict=True):
-        days = [d.day for d in peak.days]
-        for index in range(size):
-            axes.plot(days, [d.members[index][0] for d in peak.days], color="0.7", lw=0.8)
-        axes.fill_between(
-            days,
-            [d.low / size for d in peak.days],
-            [d.high / size for d in peak.days],
-            alpha=0.25,
-            label="band (ensemble members)",
-        )
-        axes.plot(days, [d.expected / size for d in peak.days], marker="o", lw=2, label="team mean")
-        best = peak.best
-        late = days.index(best.day) > len(days) / 2  # label inwards, never off the panel
-        axes.annotate(
-            f"best {best.day:%d %b}",
-            (best.day, best.expected / size),
-            textcoords="offset points",
-            xytext=(0, 10),
-            ha="right" if late else "left",
-        )
-        # Up to a little above the highest P drawn (at least 0.1): on a 0–1 axis a winter
-        # outlook of a few percent would be a flat line.
-        highest = max(max(p, high) for d in peak.days for p, _, high in d.members)
-        axes.set(ylabel="P(summit)", ylim=(0, min(1.0, max(0.1, 1.2 * highest))))
-        axes.set_title(
-            f"{peak.peakid}: model v{report.model_version}, weather {peak.weather_source} "
-            f"(grey: each of {size} members)",
-            fontsize=9,
-        )
-        axes.legend(loc="lower right", fontsize=8)
-    figure.autofmt_xdate()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.tight_layout()
-    figure.savefig(path, dpi=80)
-    plt.close(figure)
-    return path

@@ -93,6 +93,9 @@ def parse_planned(frame: pd.DataFrame) -> PlannedRows:
 
 
 def _parse_row(row: int, record: dict[str, Any]) -> tuple[dict[str, Any], pl.DataFrame]:
+    """One request row as an attempt-input row and its 90 days of weather, or a ValueError
+    naming what is wrong with it. Each field is checked in turn, then the row is written out
+    in the features' layout: one step a field, so the function is as long as the layout."""
     peak = _value(record, "peak")
     if not peak:
         raise ValueError("peak: required (a Himalayan Database peak id, e.g. EVER)")

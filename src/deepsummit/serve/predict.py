@@ -23,7 +23,6 @@ from typing import Any
 import duckdb
 import polars as pl
 
-from deepsummit.contracts.arrays import BAND_MEANING
 from deepsummit.contracts.artifact import ModelArtifact
 from deepsummit.contracts.champion import (
     ARTIFACT_PATH,
@@ -37,6 +36,7 @@ from deepsummit.core.errors import BadInput
 from deepsummit.core.inputs import WEATHER_VARIABLES, WINDOW_DAYS
 from deepsummit.core.planned import planned_frame, planned_record, season_of, today
 from deepsummit.core.warehouse import connect, query
+from deepsummit.serve.inference import BAND_MEANING
 from deepsummit.serve.planned import parse_planned
 from deepsummit.serve.scoring import answers
 

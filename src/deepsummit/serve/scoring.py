@@ -19,17 +19,13 @@ import pandas as pd
 import polars as pl
 import torch
 
-from deepsummit.contracts.arrays import (
-    FeatureArrays,
-    ensemble_logit,
-    member_logits,
-    to_tensors,
-)
+from deepsummit.contracts.arrays import FeatureArrays
 from deepsummit.contracts.artifact import ModelArtifact
 from deepsummit.core.inputs import WEATHER_VARIABLES, WINDOW_DAYS, WINDOW_SCALES
 from deepsummit.features.tabular import attempt_features, register_history
 from deepsummit.features.windows import compute_windows
 from deepsummit.model.transformer import DeepSummitTransformer
+from deepsummit.serve.inference import ensemble_logit, member_logits, to_tensors
 from deepsummit.serve.planned import PlannedRows, parse_planned
 
 REQUEST_SOURCE = "request"  # the weather_daily source name of a request's own rows

@@ -31,7 +31,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import OneHotEncoder, StandardScaler
 
 from deepsummit.contracts.arrays import FeatureArrays
-from deepsummit.core.config import TrainConfig
+from deepsummit.core.sections import TrainConfig
 from deepsummit.train.trainer import training_slice
 
 ATTEMPT_DAY_TOKEN = 6  # the daily token of day D (tokens 0–6 are D-6 … D)

@@ -21,10 +21,11 @@ import mlflow
 import numpy as np
 import polars as pl
 
-from deepsummit.contracts.arrays import FeatureArrays, ensemble_probability, member_logits
+from deepsummit.contracts.arrays import FeatureArrays
 from deepsummit.contracts.calibration import Calibrator, Method
-from deepsummit.core.config import BacktestConfig
 from deepsummit.core.seasons import season_name
+from deepsummit.core.sections import BacktestConfig
+from deepsummit.serve.inference import ensemble_probability, member_logits
 from deepsummit.train.baselines import ModelPredictions
 from deepsummit.train.bootstrap import weighted_auc
 from deepsummit.train.comparison import TRANSFORMER, Comparison, SeedSpread, compare, logit

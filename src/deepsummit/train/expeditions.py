@@ -122,6 +122,46 @@ def _figures(
     }
 
 
+def _season_figures(
+    season: tuple[np.ndarray, np.ndarray, np.ndarray], p: np.ndarray, weights: np.ndarray
+) -> dict[str, tuple[float, np.ndarray]]:
+    """One season's figures (`season`: its expeditions' success, summit fraction and members),
+    each as drawn and per replicate of `weights`."""
+    points = _figures(*season, p, np.ones((1, len(p))))
+    replicates = _figures(*season, p, weights)
+    return {name: (points[name][0], replicates[name]) for name in FIGURES}
+
+
+def _member_weighted(
+    teams: pl.DataFrame, models: tuple[str, ...], rows: np.ndarray, members: np.ndarray
+) -> dict[str, float]:
+    """Each model's mean P over the members of the expeditions `rows`."""
+    return {m: float(np.average(teams[m].to_numpy()[rows], weights=members[rows])) for m in models}
+
+
+def _not_scored(unscored: str, success: np.ndarray, min_expeditions: int) -> str:
+    """Why a season is only listed ("" when it is scored)."""
+    if unscored:
+        return f"not scored: {unscored}"
+    if len(success) < min_expeditions:
+        return f"not scored: {len(success)} expeditions (fewer than {min_expeditions})"
+    if success.all() or not success.any():
+        return "not scored: one outcome only"
+    return ""
+
+
+def _mean_over_seasons(
+    parts: list[tuple[float, np.ndarray]], replicates: int
+) -> tuple[float, np.ndarray]:
+    """The mean of the scored seasons' figure, as drawn and per replicate."""
+    if not parts:  # no season could be scored: no figure, never a silent zero
+        return float("nan"), np.full(replicates, np.nan)
+    return (
+        float(np.mean([point for point, _ in parts])),
+        np.nanmean([drawn for _, drawn in parts], axis=0),
+    )
+
+
 def by_expedition(rows: pl.DataFrame, models: tuple[str, ...]) -> pl.DataFrame:
     """Member rows (expid, year, season, label and one probability column per model) → one row
     per expedition: members, summiters, success, and each model's mean probability."""
@@ -153,7 +193,6 @@ def expedition_table(
     weights = replicate_weights(
         teams.select(pl.format("{}/{}", "expid", "year")).to_series().to_numpy()
     )
-    ones = np.ones((1, teams.height))
     members = teams["members"].to_numpy().astype(np.float64)
     summiters = teams["summiters"].to_numpy()
     success = teams["success"].to_numpy()
@@ -162,23 +201,14 @@ def expedition_table(
     seasons = []
     for key in teams["key"].unique(maintain_order=True).to_list():
         rows_of = np.flatnonzero(teams["key"].to_numpy() == key)
-        note = unscored.get(key, "")
-        if note:
-            note = f"not scored: {note}"
-        elif len(rows_of) < min_expeditions:
-            note = f"not scored: {len(rows_of)} expeditions (fewer than {min_expeditions})"
-        elif success[rows_of].all() or not success[rows_of].any():
-            note = "not scored: one outcome only"
+        note = _not_scored(unscored.get(key, ""), success[rows_of], min_expeditions)
+        season = (success[rows_of], fraction[rows_of], members[rows_of])
         auc, brier = {}, {}
         for model in models if not note else ():
-            season = (success[rows_of], fraction[rows_of], members[rows_of])
-            p = teams[model].to_numpy()[rows_of]
-            points = _figures(*season, p, ones[:, rows_of])
-            replicates = _figures(*season, p, weights[:, rows_of])
+            figures = _season_figures(season, teams[model].to_numpy()[rows_of], weights[:, rows_of])
             for name in FIGURES:
-                replicated[name].setdefault(model, []).append((points[name][0], replicates[name]))
-            auc[model] = interval(points["auc"][0], replicates["auc"])
-            brier[model] = interval(points["brier"][0], replicates["brier"])
+                replicated[name].setdefault(model, []).append(figures[name])
+            auc[model], brier[model] = interval(*figures["auc"]), interval(*figures["brier"])
         seasons.append(
             ExpeditionSeason(
                 season=key,
@@ -187,22 +217,13 @@ def expedition_table(
                 summit_fraction=float(summiters[rows_of].sum() / members[rows_of].sum()),
                 auc=auc,
                 brier=brier,
-                mean_probability={
-                    m: float(np.average(teams[m].to_numpy()[rows_of], weights=members[rows_of]))
-                    for m in models
-                },
+                mean_probability=_member_weighted(teams, models, rows_of, members),
                 note=note,
             )
         )
 
     def mean(name: str, model: str) -> tuple[float, np.ndarray]:
-        parts = replicated[name].get(model, [])
-        if not parts:  # no season could be scored: no figure, never a silent zero
-            return float("nan"), np.full(len(weights), np.nan)
-        return (
-            float(np.mean([point for point, _ in parts])),
-            np.nanmean([replicates for _, replicates in parts], axis=0),
-        )
+        return _mean_over_seasons(replicated[name].get(model, []), len(weights))
 
     first, *others = models
     return ExpeditionTable(

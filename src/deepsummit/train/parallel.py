@@ -24,8 +24,8 @@ from threadpoolctl import threadpool_limits
 from deepsummit.contracts.arrays import FeatureArrays
 from deepsummit.contracts.preprocessing import Preprocessor
 from deepsummit.contracts.snapshot import PREPROCESSING_FILE, read_features, read_windows
-from deepsummit.core.config import TrainConfig
 from deepsummit.core.context import Progress, partial_progress
+from deepsummit.core.sections import TrainConfig
 from deepsummit.train.baselines import ModelPredictions, run_baselines
 from deepsummit.train.recipe import (
     EpochLog,

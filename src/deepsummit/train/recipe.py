@@ -24,19 +24,16 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from deepsummit.contracts.arrays import (
-    FeatureArrays,
-    ensemble_logit,
-    ensemble_probability,
-    member_logits,
-)
+from deepsummit.contracts.arrays import FeatureArrays
 from deepsummit.contracts.calibration import Calibrator, Method
 from deepsummit.contracts.preprocessing import Preprocessor
-from deepsummit.core.config import Settings, TrainConfig
+from deepsummit.core.config import Settings
 from deepsummit.core.context import Progress, no_progress
 from deepsummit.core.errors import PipelineError
 from deepsummit.core.seasons import newest_season
+from deepsummit.core.sections import TrainConfig
 from deepsummit.model.config import ModelConfig
+from deepsummit.serve.inference import ensemble_logit, ensemble_probability, member_logits
 from deepsummit.train.baselines import ModelPredictions
 from deepsummit.train.comparison import TRANSFORMER
 from deepsummit.train.trainer import EpochRecord, TrainingSummary, TrainResult, train_model
@@ -224,11 +221,6 @@ def refit_arrays(
         epochs=epochs,
     )
     return Refit(results, preprocessor, results[0].train_rows, trained_through)
-
-
-def kept_epochs(evaluation: list[TrainResult]) -> dict[int, int]:
-    """Seed → the epochs its evaluation kept: what the refit trains."""
-    return {result.seed: result.best_epoch for result in evaluation}
 
 
 def member_years(rows: pl.DataFrame, cutoff: int, count: int) -> tuple[int, ...]:

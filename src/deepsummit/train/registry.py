@@ -45,10 +45,10 @@ from deepsummit.contracts.champion import (
     TAG_WEATHER_SOURCE,
     current_champion,
 )
-from deepsummit.core.config import BacktestConfig, MlflowConfig
 from deepsummit.core.errors import PipelineError
 from deepsummit.core.inputs import Known
 from deepsummit.core.planned import KEY_COLUMNS
+from deepsummit.core.sections import BacktestConfig, MlflowConfig
 from deepsummit.serve.pyfunc import MODEL_CODE_FILE, signature
 from deepsummit.train.bootstrap import Interval, paired_auc_difference, replicate_weights
 from deepsummit.train.comparison import difference_name
@@ -138,6 +138,29 @@ def decide(
     champion = current_champion(client, config.registered_model, alias)
     if champion is None:
         return GateDecision(True, "first model: there was no champion yet", None, None)
+    unusable = _unusable_champion(champion, candidate, alias)
+    if unusable is not None:
+        return unusable
+    try:
+        theirs = _champion_answers(config, champion, PREDICTIONS_ARTIFACT)
+    except Exception as error:  # its predictions are gone: no automatic decision
+        version = str(champion.version)
+        logger.warning("champion v%s's held-out predictions could not be read: %s", version, error)
+        return GateDecision(
+            False,
+            f"champion v{version}'s held-out predictions could not be read ({error}); "
+            f"@{alias} not moved (move it by hand if intended)",
+            version,
+            None,
+        )
+    return _compared(config, judging, champion, candidate, theirs)
+
+
+def _unusable_champion(
+    champion: ModelVersion, candidate: Candidate, alias: str
+) -> GateDecision | None:
+    """The decision when the champion cannot be compared with the candidate: it reads other
+    inputs, it was never refit, or it read another weather source; None when it can."""
     version = str(champion.version)
     known_by = champion.tags.get(TAG_KNOWN_BY)
     if known_by != candidate.inputs_known_by.value:
@@ -167,17 +190,19 @@ def decide(
             version,
             None,
         )
-    try:
-        theirs = _champion_answers(config, champion, PREDICTIONS_ARTIFACT)
-    except Exception as error:  # its predictions are gone: no automatic decision
-        logger.warning("champion v%s's held-out predictions could not be read: %s", version, error)
-        return GateDecision(
-            False,
-            f"champion v{version}'s held-out predictions could not be read ({error}); "
-            f"@{alias} not moved (move it by hand if intended)",
-            version,
-            None,
-        )
+    return None
+
+
+def _compared(
+    config: MlflowConfig,
+    judging: BacktestConfig,
+    champion: ModelVersion,
+    candidate: Candidate,
+    theirs: pl.DataFrame,
+) -> GateDecision:
+    """The decision on the held-out rows both answered: AUC beyond noise, and no worse by
+    member group beyond noise."""
+    version, alias = str(champion.version), config.champion_alias
     paired = candidate.predictions.join(
         theirs.select(*KEY_COLUMNS, "label", champion=pl.col("probability")),
         on=[*KEY_COLUMNS, "label"],
@@ -198,9 +223,8 @@ def decide(
         paired["champion"].to_numpy(),
         replicate_weights(groups),
     )
-    group_difference, groups = _group_verdict(config, judging, champion, candidate)
+    group_difference, by_group = _group_verdict(config, judging, champion, candidate)
     worse_by_group = group_difference is not None and group_difference.low > 0
-    promoted = difference.low > 0 and not worse_by_group
     verdict = "beats" if difference.low > 0 else "does not beat"
     same = champion.tags.get(TAG_TEST_DIGEST) == candidate.test_digest
     basis = (
@@ -211,9 +235,10 @@ def decide(
     reason = (
         f"held-out AUC difference against champion v{version} {difference.render(4)} over "
         f"{paired.height:,} rows: {verdict} it beyond noise (promoted only when the 95% "
-        f"interval is above 0; {basis}; test split {candidate.test_digest[:12]}); {groups}"
+        f"interval is above 0; {basis}; test split {candidate.test_digest[:12]}); {by_group}"
         + ("; refused: worse calibrated by member group beyond noise" if worse_by_group else "")
     )
+    promoted = difference.low > 0 and not worse_by_group
     return GateDecision(promoted, reason, version, difference, group_difference)
 
 

@@ -30,13 +30,13 @@ from pathlib import Path
 import mlflow
 import pandas as pd
 import polars as pl
-from mlflow import MlflowClient
+from mlflow import ActiveRun, MlflowClient
 from mlflow.data.sources import LocalArtifactDatasetSource
+from mlflow.entities.model_registry import ModelVersion
 
 from deepsummit.contracts.artifact import ModelArtifact
 from deepsummit.contracts.calibration import Calibrator
 from deepsummit.contracts.member_groups import MEMBER_COLUMNS
-from deepsummit.contracts.monitor import training_profile
 from deepsummit.contracts.preprocessing import Preprocessor
 from deepsummit.contracts.snapshot import (
     PLANNED_TEST_FILE,
@@ -50,6 +50,7 @@ from deepsummit.core.config import Settings
 from deepsummit.core.context import REGISTRY, RunContext
 from deepsummit.core.planned import KEY_COLUMNS
 from deepsummit.core.warehouse import frame_digest
+from deepsummit.drift.monitor import training_profile
 from deepsummit.train.comparison import TRANSFORMER, Comparison
 from deepsummit.train.evaluation import Evaluation, HeldOut, evaluate
 from deepsummit.train.member_groups import ALL_PEAKS
@@ -187,7 +188,7 @@ def train_and_register(
     bound_requests(settings.mlflow)
     wait_for_tracking(settings.mlflow, "before training")
     mlflow.set_tracking_uri(settings.mlflow.tracking_uri)
-    experiment = mlflow.set_experiment(settings.mlflow.experiment)
+    mlflow.set_experiment(settings.mlflow.experiment)
     with training_run(run_tags(settings, context, data)) as run:
         log_inputs(settings, data)
         trained = train_recipe(
@@ -215,16 +216,29 @@ def train_and_register(
         )
         decision = gate_version(settings, context, data, str(version.version), trained, evaluation)
     shutil.rmtree(checkpoints, ignore_errors=True)  # the model is safe in the registry now
+    return train_report(settings, data, trained, evaluation, decision, run, version)
+
+
+def train_report(
+    settings: Settings,
+    data: TrainingData,
+    trained: Trained,
+    evaluation: Evaluation,
+    decision: GateDecision,
+    run: ActiveRun,
+    version: ModelVersion,
+) -> TrainReport:
     run_url, model_url = ui_links(
         settings.mlflow.tracking_uri,
-        experiment.experiment_id,
+        run.info.experiment_id,
         run.info.run_id,
         settings.mlflow.registered_model,
         str(version.version),
     )
+    served = trained.served
     return TrainReport(
         mlflow_run_id=run.info.run_id,
-        experiment_id=experiment.experiment_id,
+        experiment_id=run.info.experiment_id,
         model_name=settings.mlflow.registered_model,
         model_version=str(version.version),
         champion=decision.promoted,
@@ -238,7 +252,7 @@ def train_and_register(
         test_digest=data.test_digest,
         rows=_rows(data, trained),
         member_check_years=trained.check.years,
-        calibrator=calibrator,
+        calibrator=trained.check.calibrator(settings.train.calibration),
         seeds=tuple(r.seed for r in served.results),
         epochs=tuple(len(r.history) for r in served.results),
         inputs=data.preprocessor.inputs.names,

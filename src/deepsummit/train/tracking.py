@@ -17,8 +17,8 @@ import mlflow
 from mlflow import ActiveRun
 
 from deepsummit.contracts.champion import registry_reachable
-from deepsummit.core.config import PROJECT_ROOT, MlflowConfig, TrainConfig
 from deepsummit.core.errors import ServiceUnavailable
+from deepsummit.core.sections import PROJECT_ROOT, MlflowConfig, TrainConfig, is_url
 from deepsummit.model.config import ModelConfig
 from deepsummit.train.plots import plot_learning_curve
 from deepsummit.train.trainer import EpochRecord
@@ -44,7 +44,7 @@ def ui_links(
 ) -> tuple[str, str]:
     """(run page, model version page) in the MLflow UI when tracking through a server; the
     MLflow URIs otherwise."""
-    if tracking_uri.startswith(("http://", "https://")):
+    if is_url(tracking_uri):
         base = tracking_uri.rstrip("/")
         return (
             f"{base}/#/experiments/{experiment_id}/runs/{run_id}",

@@ -32,14 +32,16 @@ from sklearn.metrics import roc_auc_score
 from torch import nn
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
-from deepsummit.contracts.arrays import FeatureArrays, autocast_for, batches, predict_proba
+from deepsummit.contracts.arrays import FeatureArrays
 from deepsummit.contracts.tensors import load_tensors, save_tensors
-from deepsummit.core.config import TrainConfig
 from deepsummit.core.errors import PipelineError
+from deepsummit.core.sections import TrainConfig
 from deepsummit.model.config import ModelConfig
 from deepsummit.model.ensemble import EnsembleLinear
 from deepsummit.model.tokenizer import quantile_bin_edges
 from deepsummit.model.transformer import DeepSummitTransformer
+from deepsummit.serve.inference import autocast_for, predict_proba
+from deepsummit.train.batches import batches
 
 logger = logging.getLogger(__name__)
 
@@ -205,6 +207,101 @@ def _judge(
     return loss, float(roc_auc_score(labels, p))
 
 
+@dataclass
+class _Parts:
+    """What one training updates: the network, its moving average, the optimiser, the learning
+    rate schedule and the loss scaler, on one device."""
+
+    model: DeepSummitTransformer
+    averaged: AveragedModel | None
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    scaler: torch.amp.GradScaler
+    device: torch.device
+
+    @property
+    def judged(self) -> nn.Module:
+        """The weights each epoch is judged and kept by: the model's, or their moving average."""
+        return self.model if self.averaged is None else self.averaged.module
+
+    def checkpointed(self) -> tuple:
+        return self.model, self.averaged, self.optimizer, self.scheduler, self.scaler
+
+
+def _parts(
+    config: ModelConfig, train_config: TrainConfig, train_rows: int, device: torch.device
+) -> _Parts:
+    """A fresh network (seeded) and what trains it: AdamW over the parameter groups, warmup then
+    cosine over the whole schedule's steps, loss scaling for fp16 only."""
+    torch.manual_seed(train_config.seed)
+    np.random.seed(train_config.seed)
+    model = DeepSummitTransformer(config).to(device)
+    averaged = (
+        AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(train_config.ema_decay))
+        if train_config.ema_decay
+        else None
+    )
+    optimizer = torch.optim.AdamW(
+        parameter_groups(model, train_config.weight_decay),
+        lr=train_config.learning_rate,
+        betas=train_config.betas,
+    )
+    steps_per_epoch = math.ceil(train_rows / train_config.batch_size)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer,
+        warmup_cosine(train_config.max_epochs * steps_per_epoch, train_config.warmup_fraction),
+    )
+    # fp16 needs loss scaling; bf16 (and CPU) does not.
+    scaler = torch.amp.GradScaler(
+        "cuda", enabled=device.type == "cuda" and not torch.cuda.is_bf16_supported()
+    )
+    return _Parts(model, averaged, optimizer, scheduler, scaler, device)
+
+
+def _train_epoch(parts: _Parts, train: FeatureArrays, config: TrainConfig, epoch: int) -> float:
+    """One pass over `train` in the order of epoch `epoch` (0-based); the summed weighted
+    loss."""
+    parts.model.train()
+    total_loss = 0.0
+    for inputs, labels, weights in batches(train, config.batch_size, seed=config.seed + epoch):
+        inputs = {k: v.to(parts.device, non_blocking=True) for k, v in inputs.items()}
+        labels = labels.to(parts.device, non_blocking=True)
+        weights = weights.to(parts.device, non_blocking=True)
+        with autocast_for(parts.device):
+            loss = weighted_loss(parts.model(**inputs).float(), labels, weights)
+        parts.optimizer.zero_grad(set_to_none=True)
+        parts.scaler.scale(loss).backward()
+        parts.scaler.unscale_(parts.optimizer)
+        nn.utils.clip_grad_norm_(parts.model.parameters(), config.grad_clip_norm)
+        parts.scaler.step(parts.optimizer)
+        parts.scaler.update()
+        parts.scheduler.step()
+        if parts.averaged is not None:
+            parts.averaged.update_parameters(parts.model)
+        total_loss += loss.item() * float(weights.sum())
+    return total_loss
+
+
+def _settled(
+    train_config: TrainConfig,
+    train: FeatureArrays,
+    validation: FeatureArrays | None,
+    epochs: int | None,
+) -> tuple[TrainConfig, FeatureArrays, int, torch.device]:
+    """The training as it will run: its settings (a training without validation keeps its last
+    epoch), its rows (the slice), its epochs and its device; torch's threads set."""
+    if train_config.num_threads:
+        torch.set_num_threads(train_config.num_threads)
+    device = resolve_device(train_config.device)
+    train = training_slice(train, train_config.max_train_rows, train_config.seed)
+    if validation is not None and len(np.unique(validation.label)) < 2:
+        raise PipelineError("validation split has a single class: validation AUC is undefined")
+    if validation is None:
+        train_config = train_config.model_copy(update={"keep": "last"})
+    epochs = min(epochs or train_config.max_epochs, train_config.max_epochs)
+    return train_config, train, epochs, device
+
+
 def train_model(
     train_config: TrainConfig,
     architecture: ModelConfig,
@@ -220,109 +317,39 @@ def train_model(
     Without `validation` (a refit on every season) nothing is judged: the model trains the
     first `epochs` epochs of the `max_epochs` schedule and keeps the last."""
     started = time.perf_counter()
-    if train_config.num_threads:
-        torch.set_num_threads(train_config.num_threads)
-    device = resolve_device(train_config.device)
-    train = training_slice(train, train_config.max_train_rows, train_config.seed)
-    if validation is not None and len(np.unique(validation.label)) < 2:
-        raise PipelineError("validation split has a single class: validation AUC is undefined")
-    if validation is None:
-        train_config = train_config.model_copy(update={"keep": "last"})
-    epochs = min(epochs or train_config.max_epochs, train_config.max_epochs)
-
+    train_config, train, epochs, device = _settled(train_config, train, validation, epochs)
     config = architecture.with_inputs({**dimensions, **numeric_bins(architecture, train)})
-    torch.manual_seed(train_config.seed)
-    np.random.seed(train_config.seed)
-    model = DeepSummitTransformer(config).to(device)
-    # The weights each epoch is judged and kept by: the model's, or their moving average.
-    averaged = (
-        AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(train_config.ema_decay))
-        if train_config.ema_decay
-        else None
-    )
-    judged = model if averaged is None else averaged.module
-    optimizer = torch.optim.AdamW(
-        parameter_groups(model, train_config.weight_decay),
-        lr=train_config.learning_rate,
-        betas=train_config.betas,
-    )
-    steps_per_epoch = math.ceil(len(train) / train_config.batch_size)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer,
-        warmup_cosine(train_config.max_epochs * steps_per_epoch, train_config.warmup_fraction),
-    )
-    # fp16 needs loss scaling; bf16 (and CPU) does not.
-    scaler = torch.amp.GradScaler(
-        "cuda", enabled=device.type == "cuda" and not torch.cuda.is_bf16_supported()
-    )
-
+    parts = _parts(config, train_config, len(train), device)
     state = _TrainingState(signature=checkpoint_signature(config, train_config, len(train), epochs))
     checkpoint = checkpoint_dir / CHECKPOINT_FILE
     if checkpoint.exists():
-        state = _resume(checkpoint, state, model, averaged, optimizer, scheduler, scaler)
+        state = _resume(checkpoint, state, *parts.checkpointed())
     resumed_from = state.epoch
     patience = train_config.patience if train_config.keep == "best" else math.inf
-
     while state.epoch < epochs and state.bad_epochs < patience:
         epoch_started = time.perf_counter()
-        model.train()
-        epoch_batches = batches(
-            train, train_config.batch_size, seed=train_config.seed + state.epoch
-        )
-        total_loss = 0.0
-        for inputs, labels, weights in epoch_batches:
-            inputs = {k: v.to(device, non_blocking=True) for k, v in inputs.items()}
-            labels = labels.to(device, non_blocking=True)
-            weights = weights.to(device, non_blocking=True)
-            with autocast_for(device):
-                loss = weighted_loss(model(**inputs).float(), labels, weights)
-            optimizer.zero_grad(set_to_none=True)
-            scaler.scale(loss).backward()
-            scaler.unscale_(optimizer)
-            nn.utils.clip_grad_norm_(model.parameters(), train_config.grad_clip_norm)
-            scaler.step(optimizer)
-            scaler.update()
-            scheduler.step()
-            if averaged is not None:
-                averaged.update_parameters(model)
-            total_loss += loss.item() * float(weights.sum())
-
-        val_loss, val_auc = _judge(judged, validation, 4 * train_config.batch_size, device)
+        total_loss = _train_epoch(parts, train, train_config, state.epoch)
+        val_loss, val_auc = _judge(parts.judged, validation, 4 * train_config.batch_size, device)
         record = EpochRecord(
             epoch=state.epoch + 1,
             train_loss=total_loss / float(train.weight.sum()),
             val_loss=val_loss,
             val_auc=val_auc,
-            learning_rate=scheduler.get_last_lr()[0],
+            learning_rate=parts.scheduler.get_last_lr()[0],
             seconds=time.perf_counter() - epoch_started,
         )
-        state.advance(record, judged, keep_last=train_config.keep == "last")
+        state.advance(record, parts.judged, keep_last=train_config.keep == "last")
         # What is left at the pace of this run's epochs so far (early stopping may end sooner).
-        done_here = state.epoch - resumed_from
-        left = (epochs - state.epoch) * (time.perf_counter() - started) / done_here
-        logger.info(
-            "seed %d epoch %d/%d  loss %.4f  val_loss %.4f  val_auc %.4f  lr %.2e  %.1fs"
-            "  ETA %.0fs",
-            train_config.seed,
-            record.epoch,
-            epochs,
-            record.train_loss,
-            record.val_loss,
-            record.val_auc,
-            record.learning_rate,
-            record.seconds,
-            left,
+        left = (
+            (epochs - state.epoch) * (time.perf_counter() - started) / (state.epoch - resumed_from)
         )
-        save_tensors(
-            checkpoint, state.checkpoint(model, averaged, optimizer, scheduler, scaler, device)
-        )
+        _log_progress(train_config.seed, record, epochs, left)
+        save_tensors(checkpoint, state.checkpoint(*parts.checkpointed(), device))
         if on_epoch_end is not None:
             on_epoch_end(record)
-
-    model.load_state_dict(state.best_state)
-    model = model.cpu().eval()
+    parts.model.load_state_dict(state.best_state)
     return TrainResult(
-        model=model,
+        model=parts.model.cpu().eval(),
         config=config,
         seed=train_config.seed,
         history=tuple(state.history),
@@ -333,6 +360,21 @@ def train_model(
         train_rows=len(train),
         device=str(device),
         seconds=time.perf_counter() - started,
+    )
+
+
+def _log_progress(seed: int, record: EpochRecord, epochs: int, left_s: float) -> None:
+    logger.info(
+        "seed %d epoch %d/%d  loss %.4f  val_loss %.4f  val_auc %.4f  lr %.2e  %.1fs  ETA %.0fs",
+        seed,
+        record.epoch,
+        epochs,
+        record.train_loss,
+        record.val_loss,
+        record.val_auc,
+        record.learning_rate,
+        record.seconds,
+        left_s,
     )
 
 

@@ -1,5 +1,5 @@
-"""Hyperparameter search (spec Part 7.2) with Optuna: search space, study, pruning, one trial's
-training, the MLflow parent run, and the tuned profile.
+"""Hyperparameter search (spec Part 7.2) with Optuna: search space, study, pruning, the MLflow
+parent run, and the tuned profile; one trial's training is deepsummit/train/trial.py.
 
 Plain Python; deepsummit/flows/tune.py and deepsummit/flows/trial.py only orchestrate. A trial runs
 in another process, often on another machine: it finds its trial in the study by number through the
@@ -16,13 +16,11 @@ import json
 import logging
 import math
 import os
-import tempfile
 import uuid
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import mlflow
 import optuna
 from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
@@ -30,13 +28,12 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, Floa
 from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.engine import make_url
 
-from deepsummit.contracts.snapshot import load_features
-from deepsummit.core.config import Settings, TrainConfig, resolve_path
+from deepsummit.core.config import Settings
 from deepsummit.core.config import saved_profile_path as profile_path
 from deepsummit.core.errors import PipelineError
+from deepsummit.core.sections import MlflowConfig, TrainConfig, TuneConfig, resolve_path
 from deepsummit.model.config import ModelConfig
-from deepsummit.train.tracking import TRAINING_RUN, log_epoch
-from deepsummit.train.trainer import EpochCallback, EpochRecord, train_model
+from deepsummit.train.tracking import TRAINING_RUN
 
 logger = logging.getLogger(__name__)
 
@@ -79,10 +76,10 @@ class TrialOutcome:
 # ---------------------------------------------------------------- space and study
 
 
-def search_space(settings: Settings) -> dict[str, BaseDistribution]:
+def search_space(config: TuneConfig) -> dict[str, BaseDistribution]:
     """The spec's space, with the choices that `tune.search_space` replaces (for small runs)."""
     space = dict(SPEC_SPACE)
-    for name, values in settings.tune.search_space.items():
+    for name, values in config.search_space.items():
         if name not in SPEC_SPACE:
             raise PipelineError(
                 f"tune.search_space: unknown hyperparameter {name!r}; known: {', '.join(SECTIONS)}"
@@ -107,9 +104,9 @@ def search_space(settings: Settings) -> dict[str, BaseDistribution]:
     return space
 
 
-def storage_url(settings: Settings) -> str:
+def storage_url(config: TuneConfig) -> str:
     """The study storage URL; a relative SQLite path is resolved against the project root."""
-    url = settings.tune.storage_url
+    url = config.storage_url
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite" or not parsed.database:
         return url
@@ -135,7 +132,7 @@ def _storage(url: str) -> optuna.storages.RDBStorage:
 def open_study(settings: Settings) -> optuna.Study:
     """Create the study, or load it when it exists (a rerun resumes it)."""
     tune = settings.tune
-    url = storage_url(settings)
+    url = storage_url(settings.tune)
     study = optuna.create_study(
         study_name=tune.study_name,
         storage=_storage(url),
@@ -182,9 +179,9 @@ def trials_to_ask(study: optuna.Study, n_trials: int) -> int:
     return max(0, n_trials - len(held))
 
 
-def _handle(settings: Settings, study: optuna.Study, number: int) -> optuna.Trial:
+def trial_handle(settings: Settings, study: optuna.Study, number: int) -> optuna.Trial:
     """A live trial object for trial `number`, looked up through the shared storage."""
-    storage = _storage(storage_url(settings))
+    storage = _storage(storage_url(settings.tune))
     study_id = storage.get_study_id_from_name(study.study_name)
     return optuna.Trial(study, storage.get_trial_id_from_study_id_trial_number(study_id, number))
 
@@ -204,95 +201,6 @@ def with_hyperparameters(settings: Settings, params: dict[str, Any]) -> Settings
     return settings.model_copy(update={"model": model, "train": train})
 
 
-# ---------------------------------------------------------------- one trial (the worker side)
-
-
-def epoch_reporter(settings: Settings, study: optuna.Study, number: int) -> EpochCallback:
-    """A trainer callback: validation AUC to the study after each epoch; prunes by raising
-    `optuna.TrialPruned` (the trainer stops there, its checkpoint written)."""
-    trial = _handle(settings, study, number)
-
-    def report(record: EpochRecord) -> None:
-        trial.report(record.val_auc, record.epoch)
-        if trial.should_prune():
-            raise optuna.TrialPruned(
-                f"trial {number} pruned after epoch {record.epoch}: validation AUC "
-                f"{record.val_auc:.4f} is below the median of earlier trials at that epoch"
-            )
-
-    return report
-
-
-def run_trial(
-    settings: Settings,
-    features_dir: Path,
-    number: int,
-    parent_run_id: str,
-    tags: dict[str, str],
-) -> TrialOutcome:
-    """Train trial `number` of the study with its parameters, as an MLflow child run of
-    `parent_run_id`; tell the study the best validation AUC (or that it was pruned)."""
-    study = open_study(settings)
-    trial = find_trial(study, number)
-    if trial.state != TrialState.RUNNING:
-        raise PipelineError(
-            f"trial {number} of study {study.study_name!r} is {trial.state.name}, not running"
-        )
-    trial_settings = with_hyperparameters(settings, trial.params)
-    arrays, preprocessor = load_features(features_dir)
-    dimensions = preprocessor.model_dimensions()
-    report = epoch_reporter(settings, study, number)
-    handle = _handle(settings, study, number)
-    history: list[EpochRecord] = []
-
-    def on_epoch_end(record: EpochRecord) -> None:
-        history.append(record)
-        log_epoch(record)
-        report(record)
-
-    mlflow.set_tracking_uri(settings.mlflow.tracking_uri)
-    mlflow.set_experiment(settings.mlflow.experiment)
-    run_tags = {**tags, TAG_STUDY: study.study_name, TAG_TRIAL: str(number), TAG_ROLE: "trial"}
-    with (
-        mlflow.start_run(
-            run_name=f"trial-{number}", parent_run_id=parent_run_id, tags=run_tags
-        ) as run,
-        tempfile.TemporaryDirectory(prefix=f"trial-{number}-") as checkpoints,
-    ):
-        handle.set_user_attr("mlflow_run_id", run.info.run_id)
-        handle.set_user_attr("prefect_flow_run_id", tags.get("prefect.flow_run_id", ""))
-        mlflow.log_params({f"{SECTIONS[k]}.{k}": v for k, v in trial.params.items()})
-        try:
-            result = train_model(
-                trial_settings.train,
-                trial_settings.model,
-                arrays["train"],
-                arrays["validation"],
-                dimensions,
-                Path(checkpoints),
-                on_epoch_end,
-            )
-        except optuna.TrialPruned as pruned:
-            logger.info("%s", pruned)
-            study.tell(number, state=TrialState.PRUNED)
-            mlflow.set_tags({"trial_state": "pruned", "pruned_reason": str(pruned)})
-            return TrialOutcome(
-                number, "PRUNED", history[-1].val_auc, len(history), run.info.run_id
-            )
-        mlflow.log_metrics(
-            {
-                "best_val_auc": result.best_val_auc,
-                "best_epoch": result.best_epoch,
-                "epochs_run": len(result.history),
-            }
-        )
-        study.tell(number, result.best_val_auc)
-        mlflow.set_tag("trial_state", "complete")
-    return TrialOutcome(
-        number, "COMPLETE", result.best_val_auc, len(result.history), run.info.run_id
-    )
-
-
 # ---------------------------------------------------------------- the parent side
 
 
@@ -304,7 +212,7 @@ def settle_trial(
     trial = find_trial(study, number)
     if trial.state == TrialState.RUNNING:
         reason = failure or "its flow run ended without reporting a result"
-        _handle(settings, study, number).set_user_attr(ATTR_FAILURE, reason)
+        trial_handle(settings, study, number).set_user_attr(ATTR_FAILURE, reason)
         study.tell(number, state=TrialState.FAIL)
         logger.warning("trial %d failed: %s", number, reason)
         trial = find_trial(study, number)
@@ -385,18 +293,18 @@ def open_parent_run(settings: Settings, study: optuna.Study, tags: dict[str, str
     run_id = run.info.run_id
     client.log_dict(
         run_id,
-        {name: repr(dist) for name, dist in search_space(settings).items()},
+        {name: repr(dist) for name, dist in search_space(settings.tune).items()},
         "search_space.json",
     )
-    client.set_tag(run_id, "tune.storage", redacted(storage_url(settings)))
+    client.set_tag(run_id, "tune.storage", redacted(storage_url(settings.tune)))
     study.set_user_attr(ATTR_PARENT_RUN, run_id)
     return run_id
 
 
 def close_parent_run(
-    settings: Settings, run_id: str, study: optuna.Study, facts: dict[str, str], failed: bool
+    config: MlflowConfig, run_id: str, study: optuna.Study, facts: dict[str, str], failed: bool
 ) -> None:
-    client = MlflowClient(settings.mlflow.tracking_uri)
+    client = MlflowClient(config.tracking_uri)
     counts = {state: 0 for state in ("COMPLETE", "PRUNED", "FAIL")}
     for trial in study.get_trials(deepcopy=False):
         counts[trial.state.name] = counts.get(trial.state.name, 0) + 1
@@ -412,14 +320,14 @@ def close_parent_run(
 
 
 def adopt_final_run(
-    settings: Settings, parent_run_id: str, flow_run_id: str, trial_number: int
+    config: MlflowConfig, parent_run_id: str, flow_run_id: str, trial_number: int
 ) -> dict[str, str]:
     """Put the MLflow run of the final training (found by its Prefect flow run id) under the
     search's run; its facts (run id, model version, champion decision). When summit/train
     reused its cached training (the best configuration did not change since the last search),
     the run adopted then is the one; {} when there is none (the reason is logged)."""
-    client = MlflowClient(settings.mlflow.tracking_uri)
-    experiment = client.get_experiment_by_name(settings.mlflow.experiment)
+    client = MlflowClient(config.tracking_uri)
+    experiment = client.get_experiment_by_name(config.experiment)
     experiments = [experiment.experiment_id] if experiment else []
     of_flow_run = f"tags.`prefect.flow_run_id` = '{flow_run_id}'"
     runs = client.search_runs(experiments, f"{of_flow_run} and tags.kind = '{TRAINING_RUN}'")

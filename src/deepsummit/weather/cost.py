@@ -13,8 +13,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from deepsummit.core.config import RateLimits
 from deepsummit.core.errors import QuotaExhausted
+from deepsummit.core.sections import RateLimits
 
 REFERENCE_VARIABLES = 10
 REFERENCE_DAYS = 14

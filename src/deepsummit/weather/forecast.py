@@ -18,20 +18,15 @@ source that fed it next to the one the model learnt from.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 import polars as pl
 
-from deepsummit.core.config import Settings, WeatherConfig
-from deepsummit.core.context import RunContext
-from deepsummit.core.errors import BadInput, QuotaExhausted
-from deepsummit.core.planned import today
-from deepsummit.core.warehouse import connect, query
-from deepsummit.weather import ledger, openmeteo, store
-from deepsummit.weather.cost import DAY_S, RateLimiter
+from deepsummit.core.errors import BadInput
+from deepsummit.core.sections import ForecastConfig, WeatherConfig
+from deepsummit.core.warehouse import query
+from deepsummit.weather import openmeteo, store
 from deepsummit.weather.plan import Location, PlannedRequest
 
 FORECAST = "forecast"
@@ -169,56 +164,28 @@ def forecast_locations(con: Any, peakids: list[str], config: WeatherConfig) -> d
     return locations
 
 
-def load_forecast(
-    settings: Settings,
-    context: RunContext,
-    peakids: list[str] | None = None,
-    sleep: Callable[[float], None] | None = None,
-    clock: Callable[[], float] | None = None,
-) -> ForecastReport:
-    """Fetch (or take from the cache) and store the forecast of each peak in `peakids`
-    (default: the outlook's peaks)."""
-    peakids = list(peakids or settings.outlook.peaks)
-    forecast = settings.forecast
-    # The archive client's settings, pointed at the forecast endpoint and its own cache.
-    config = settings.weather.model_copy(
-        update={"api_url": forecast.api_url, "cache_path": forecast.cache_path}
-    )
-    open_warehouse = partial(
-        connect, settings.paths.warehouse, lock_timeout_s=settings.warehouse.lock_timeout_s
-    )
-    first_day = today(config.timezone)
-    timing: dict[str, Any] = {k: v for k, v in (("sleep", sleep), ("clock", clock)) if v}
-    with open_warehouse() as con:
-        store.ensure_tables(con)
-        if settings.outlook.without_weather:  # the outlook answers those without weather
-            untrusted = untrusted_peaks(con, peakids)
-            peakids = [peakid for peakid in peakids if peakid not in untrusted]
-        locations = forecast_locations(con, peakids, config)
-        limiter = RateLimiter(config.limits, **timing)
-        limiter.calls.extend(ledger.calls_since(con, config.api_url, limiter.clock() - DAY_S))
-    source = ForecastSource(
-        config,
-        limiter,
-        expire_after_s=forecast.cache_expire_s,
-        **({"sleep": sleep} if sleep else {}),
-    )
-    plan = [
+def forecast_plan(
+    config: ForecastConfig, locations: dict[str, Location], first_day: dt.date
+) -> list[ForecastRequest]:
+    """One request per peak: its 90-day window's recent days and the days ahead."""
+    return [
         ForecastRequest(
-            start=first_day - dt.timedelta(days=forecast.past_days),
-            end=first_day + dt.timedelta(days=forecast.forecast_days - 1),
+            start=first_day - dt.timedelta(days=config.past_days),
+            end=first_day + dt.timedelta(days=config.forecast_days - 1),
             locations=(location,),
-            past_days=forecast.past_days,
-            forecast_days=forecast.forecast_days,
+            past_days=config.past_days,
+            forecast_days=config.forecast_days,
         )
         for location in locations.values()
     ]
-    outcome = openmeteo.fetch_requests(open_warehouse, source, plan, context.progress)
-    if outcome.stopped:
-        raise QuotaExhausted(f"forecast: {outcome.stopped}")
-    with open_warehouse(read_only=True) as con:
-        newest = newest_forecast(con, list(locations))
-        rows, digest = store.content_digest(con, forecasts=True)
+
+
+def forecast_report(
+    con: Any, plan: list[ForecastRequest], outcome: openmeteo.FetchOutcome
+) -> ForecastReport:
+    """What the requests of `plan` stored, by peak, as the warehouse holds it now."""
+    newest = newest_forecast(con, [request.locations[0].peakid for request in plan])
+    rows, digest = store.content_digest(con, forecasts=True)
     days = newest.daily.group_by("peakid").len() if newest.daily.height else pl.DataFrame()
     stored = dict(days.iter_rows()) if days.height else {}
     return ForecastReport(

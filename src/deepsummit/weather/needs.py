@@ -7,8 +7,8 @@ from dataclasses import dataclass
 import duckdb
 import polars as pl
 
-from deepsummit.core.config import WeatherConfig
 from deepsummit.core.inputs import WINDOW_DAYS
+from deepsummit.core.sections import WeatherConfig
 from deepsummit.core.warehouse import query, run
 
 

@@ -37,9 +37,9 @@ from openmeteo_requests import Client, OpenMeteoRequestsError
 from openmeteo_sdk.WeatherApiResponse import WeatherApiResponse
 from retry_requests import retry
 
-from deepsummit.core.config import WeatherConfig
 from deepsummit.core.context import Progress, no_progress
 from deepsummit.core.errors import QuotaExhausted
+from deepsummit.core.sections import WeatherConfig
 from deepsummit.weather import ledger
 from deepsummit.weather.cost import DAY_S, RateLimiter
 from deepsummit.weather.plan import PlannedRequest

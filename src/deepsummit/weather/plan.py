@@ -16,8 +16,8 @@ from typing import Any
 
 import polars as pl
 
-from deepsummit.core.config import WeatherConfig
 from deepsummit.core.inputs import WEATHER_VARIABLES
+from deepsummit.core.sections import WeatherConfig
 from deepsummit.weather.cost import REFERENCE_DAYS, max_days_for, weighted_calls
 
 

@@ -16,8 +16,7 @@ from pandera.api.polars.types import PolarsData
 from deepsummit.core.inputs import WEATHER_VARIABLES
 from deepsummit.core.warehouse import frame_digest, query, registered, run
 
-# History sources; a forecast is stored as `forecast@<issue time>` (deepsummit/weather/forecast.py).
-SOURCES = ("archive", "open-meteo")
+# History sources, and a forecast as `forecast@<issue time>` (deepsummit/weather/forecast.py).
 SOURCE_PATTERN = r"^(archive|open-meteo|forecast@\d{4}-\d{2}-\d{2}T\d{2}:\d{2}Z)$"
 TABLE = "weather_daily"
 

@@ -1,4 +1,5 @@
-"""The weather stage: fill weather_daily from the configured source for the attempts' windows.
+"""The weather stages: fill weather_daily from the configured source for the attempts' windows
+(`load_weather`), and store the forecast of the outlook's peaks (`load_forecast`).
 
 Stopping at Open-Meteo's daily limit: everything fetched so far is already stored (each
 request in its own transaction); `load_weather` writes the report to the run folder and then
@@ -19,15 +20,26 @@ import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import duckdb
 
-from deepsummit.core.config import Settings, WeatherConfig
+from deepsummit.core.config import Settings
 from deepsummit.core.context import Progress, RunContext
 from deepsummit.core.errors import QuotaExhausted
+from deepsummit.core.planned import today
+from deepsummit.core.sections import WeatherConfig
 from deepsummit.core.warehouse import connect, query
 from deepsummit.weather import archive, ledger, needs, openmeteo, store
 from deepsummit.weather.cost import DAY_S, RateLimiter
+from deepsummit.weather.forecast import (
+    ForecastReport,
+    ForecastSource,
+    forecast_locations,
+    forecast_plan,
+    forecast_report,
+    untrusted_peaks,
+)
 from deepsummit.weather.openmeteo import OpenWarehouse
 from deepsummit.weather.plan import plan_requests
 from deepsummit.weather.report import PeakWeather, WeatherReport
@@ -141,3 +153,44 @@ def load_weather(
             "it fetches only what is missing"
         )
     return report
+
+
+def load_forecast(
+    settings: Settings,
+    context: RunContext,
+    peakids: list[str] | None = None,
+    sleep: Callable[[float], None] | None = None,
+    clock: Callable[[], float] | None = None,
+) -> ForecastReport:
+    """The forecast stage: fetch (or take from the cache) and store the forecast of each peak
+    in `peakids` (default: the outlook's peaks; deepsummit/weather/forecast.py)."""
+    peakids = list(peakids or settings.outlook.peaks)
+    forecast = settings.forecast
+    # The archive client's settings, pointed at the forecast endpoint and its own cache.
+    config = settings.weather.model_copy(
+        update={"api_url": forecast.api_url, "cache_path": forecast.cache_path}
+    )
+    open_warehouse = partial(
+        connect, settings.paths.warehouse, lock_timeout_s=settings.warehouse.lock_timeout_s
+    )
+    timing: dict[str, Any] = {k: v for k, v in (("sleep", sleep), ("clock", clock)) if v}
+    with open_warehouse() as con:
+        store.ensure_tables(con)
+        if settings.outlook.without_weather:  # the outlook answers those without weather
+            untrusted = untrusted_peaks(con, peakids)
+            peakids = [peakid for peakid in peakids if peakid not in untrusted]
+        locations = forecast_locations(con, peakids, config)
+        limiter = RateLimiter(config.limits, **timing)
+        limiter.calls.extend(ledger.calls_since(con, config.api_url, limiter.clock() - DAY_S))
+    source = ForecastSource(
+        config,
+        limiter,
+        expire_after_s=forecast.cache_expire_s,
+        **({"sleep": sleep} if sleep else {}),
+    )
+    plan = forecast_plan(forecast, locations, today(config.timezone))
+    outcome = openmeteo.fetch_requests(open_warehouse, source, plan, context.progress)
+    if outcome.stopped:
+        raise QuotaExhausted(f"forecast: {outcome.stopped}")
+    with open_warehouse(read_only=True) as con:
+        return forecast_report(con, plan, outcome)

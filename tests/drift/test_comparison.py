@@ -10,22 +10,20 @@ import numpy as np
 import polars as pl
 import pytest
 
-from deepsummit.contracts.drift import (
+from deepsummit.contracts.profile import MISSING, OTHER, DistributionProfile
+from deepsummit.core.config import load_settings
+from deepsummit.drift.comparison import (
     MAJOR_PSI,
     MAX_NOISE_FRACTION,
-    MISSING,
     MODERATE_PSI,
     NOT_ENOUGH_ROWS,
-    OTHER,
     SHARE_FLOOR,
-    DistributionProfile,
     DriftReport,
     FeatureDrift,
     compare,
     compare_shift,
-    profile,
 )
-from deepsummit.core.config import load_settings
+from deepsummit.drift.profiling import profile
 
 DATA_DIR = load_settings().paths.data_dir  # the data bundle the settings point at
 NUMERIC = ("age",)

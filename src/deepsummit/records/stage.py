@@ -21,16 +21,17 @@ import duckdb
 import polars as pl
 
 from deepsummit.core import warehouse
-from deepsummit.core.config import IngestConfig, Settings, SourcesConfig
+from deepsummit.core.config import Settings
 from deepsummit.core.context import RunContext
 from deepsummit.core.errors import BadInput, PipelineError
+from deepsummit.core.sections import IngestConfig, SourcesConfig
 from deepsummit.records import loaders as records
 from deepsummit.records.expectations import (
     ExpectationResult,
     clean_table_expectations,
     validate_frames,
 )
-from deepsummit.records.loaders import ROW, Layout, RawTable
+from deepsummit.records.reading import ROW, Layout, RawTable
 from deepsummit.records.validation import Split, columns_of, validate_table
 
 # Load order: peak ids first (the others are checked against them).
@@ -135,7 +136,7 @@ def ingest_records(settings: Settings, context: RunContext) -> IngestReport:
     path = settings.paths.warehouse
     with warehouse.connect(path, lock_timeout_s=settings.warehouse.lock_timeout_s) as con:
         counts, stored = _write(con, raws, splits, incoming, settings.ingest)
-    # The same digest as warehouse.table_digest, of the tables as stored.
+    # The digest of the tables as stored.
     digests = {table: warehouse.frame_digest(frame) for table, frame in stored.items()}
     return IngestReport(
         sources=counts,

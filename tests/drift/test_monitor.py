@@ -7,8 +7,8 @@ import datetime as dt
 
 import polars as pl
 
-from deepsummit.contracts.drift import profile
-from deepsummit.contracts.monitor import STRATUM, same_season_and_weeks, with_stratum
+from deepsummit.drift.monitor import STRATUM, same_season_and_weeks, with_stratum
+from deepsummit.drift.profiling import profile
 
 
 def attempts(season: str, days: list[dt.date]) -> pl.DataFrame:

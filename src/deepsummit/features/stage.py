@@ -21,11 +21,8 @@ from pathlib import Path
 
 import polars as pl
 
-from deepsummit.contracts.drift import DistributionProfile
-from deepsummit.contracts.monitor import training_profile
 from deepsummit.contracts.preprocessing import Preprocessor
 from deepsummit.contracts.snapshot import (
-    DRIFT_PROFILE_FILE,
     HISTORY_DIR,
     PLANNED_TEST_FILE,
     PREPROCESSING_FILE,
@@ -33,9 +30,10 @@ from deepsummit.contracts.snapshot import (
     SPLITS,
     WINDOWS_FILE,
 )
-from deepsummit.core.config import FeaturesConfig, Settings
+from deepsummit.core.config import Settings
 from deepsummit.core.context import RunContext
 from deepsummit.core.errors import PipelineError
+from deepsummit.core.sections import FeaturesConfig, SplitYears
 from deepsummit.core.warehouse import connect, frame_digest, query, registered, run
 from deepsummit.features.attempts import (
     build_attempts,
@@ -132,13 +130,7 @@ def build_features(settings: Settings, context: RunContext) -> FeaturesReport:
         history = history_frames(con)
         test_keys = features.filter(pl.col("split") == "test")
         planned_test = planned_attempts(con, test_keys, source)
-    counted = records["member_rows"] + records["expedition_members"]
-    if counted != features.height + sum(excluded.values()):
-        raise PipelineError(
-            f"features: {records['member_rows']} member rows + {records['expedition_members']} "
-            f"members counted by expedition records, but {features.height} attempts + "
-            f"{sum(excluded.values())} excluded"
-        )
+    _check_counts(records, features.height, excluded)
     validate_features(features, context.run_dir)
 
     digest = frame_digest(features)
@@ -153,31 +145,14 @@ def build_features(settings: Settings, context: RunContext) -> FeaturesReport:
     by_split = {name: features.filter(pl.col("split") == name) for name in SPLITS}
     inputs = config.model_inputs()
     preprocessor = Preprocessor.fit(
-        by_split["train"],
-        windows,
-        inputs,
-        source,
-        config.min_category_count,
-        extra,
+        by_split["train"], windows, inputs, source, config.min_category_count, extra,
         config.rare_peak_attempts,
-    )
+    )  # fmt: skip
     directory = config.features_dir / snapshot_digest[:12]
-    reference = training_profile(
-        by_split["train"],
-        windows,
-        inputs,
-        f"training split (years ≤ {split.train_until}) of features {digest[:12]}",
-    )
-    _write_folder(
-        directory, features, preprocessor, windows, by_split, history, planned_test, reference
-    )
+    _write_folder(directory, features, preprocessor, windows, by_split, history, planned_test)
 
-    years = split.describe()
     return FeaturesReport(
-        splits={
-            name: SplitFigures(years[name], frame.height, frame["label"].mean())
-            for name, frame in by_split.items()
-        },
+        splits=_split_figures(split, by_split),
         excluded=excluded,
         exclusions=tuple(Exclusion(**row) for row in exclusions.iter_rows(named=True)),
         **records,
@@ -188,6 +163,26 @@ def build_features(settings: Settings, context: RunContext) -> FeaturesReport:
         inputs=inputs.names,
         rows=features.height,
     )
+
+
+def _split_figures(split: SplitYears, by_split: dict[str, pl.DataFrame]) -> dict[str, SplitFigures]:
+    years = split.describe()
+    return {
+        name: SplitFigures(years[name], frame.height, frame["label"].mean())
+        for name, frame in by_split.items()
+    }
+
+
+def _check_counts(records: dict[str, int], attempts: int, excluded: dict[str, int]) -> None:
+    """Every member row and every member an expedition record counts is an attempt or an
+    exclusion: nothing is dropped silently."""
+    counted = records["member_rows"] + records["expedition_members"]
+    if counted != attempts + sum(excluded.values()):
+        raise PipelineError(
+            f"features: {records['member_rows']} member rows + {records['expedition_members']} "
+            f"members counted by expedition records, but {attempts} attempts + "
+            f"{sum(excluded.values())} excluded"
+        )
 
 
 def _snapshot_digest(
@@ -215,7 +210,6 @@ def _write_folder(
     by_split: dict[str, pl.DataFrame],
     history: dict[str, pl.DataFrame],
     planned_test: pl.DataFrame,
-    reference: DistributionProfile,
 ) -> None:
     """Write the folder next to its final place, then move it there: a reader never sees a
     half-written folder, and a rebuild of the same digest replaces it whole."""
@@ -230,6 +224,5 @@ def _write_folder(
     for name, frame in history.items():
         frame.write_parquet(staging / HISTORY_DIR / f"{name}.parquet")
     planned_test.write_parquet(staging / PLANNED_TEST_FILE)
-    (staging / DRIFT_PROFILE_FILE).write_text(reference.to_json())
     shutil.rmtree(directory, ignore_errors=True)
     staging.rename(directory)

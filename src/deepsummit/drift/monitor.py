@@ -1,6 +1,6 @@
-"""Input drift of the model's inputs: a snapshot's training split as the reference (saved in the
-snapshot and frozen into the model trained on it), and the newest attempts or a planned outlook
-compared with the champion's reference (deepsummit/contracts/drift.py does the statistics).
+"""Input drift of the model's inputs: the training rows as the reference (frozen into the model
+trained on them, deepsummit/contracts/artifact.py), and the newest attempts or a planned outlook
+compared with the champion's reference (deepsummit/drift/comparison.py does the statistics).
 
 Like with like: rows are compared with the training rows of the same season whose push days
 fall within `drift.weeks_around` weeks of theirs, never with every season: a May window against
@@ -11,23 +11,19 @@ comparison time.
 Tabular inputs are compared one row per attempt: numbers as numbers, categories and binaries as
 categories, by PSI. `season` is left out: the strata already hold it. The weather is compared
 one row per attempt and window token, one column per channel, by its mean (the rows of one
-season's windows are one year's weather, not independent draws: deepsummit/contracts/drift.py).
+season's windows are one year's weather, not independent draws: deepsummit/drift/comparison.py).
 """
 
 from __future__ import annotations
 
 import polars as pl
 
-from deepsummit.contracts.drift import (
-    DistributionProfile,
-    DriftReport,
-    compare,
-    compare_shift,
-    profile,
-)
 from deepsummit.contracts.preprocessing import WINDOW_KEY
-from deepsummit.core.config import DriftConfig
+from deepsummit.contracts.profile import DistributionProfile
 from deepsummit.core.inputs import WEATHER_CHANNELS, InputSet
+from deepsummit.core.sections import DriftConfig
+from deepsummit.drift.comparison import DriftReport, compare, compare_shift
+from deepsummit.drift.profiling import profile
 
 NOT_COMPARED = frozenset({"season"})
 FEATURE_WINDOW_KEY = ("peakid", "smtdate")
