@@ -52,6 +52,7 @@ from deepsummit.train.member_groups import ALL_PEAKS, group_calibration
 
 # The extension inputs before the calendar joined them.
 WITHOUT_CALENDAR = ["agency_success_rate", "staff_per_member", "days_at_base_camp"]
+SHIPPED_EXTRAS = [*WITHOUT_CALENDAR, "day_of_year", "days_in_season"]
 BASE_ON_GPU = "the spec's base (H=256, 6 layers): 1 training of 4 members, on a GPU"
 CANDIDATES: dict[str, dict[str, Any]] = {
     "the profile": {},
@@ -62,6 +63,7 @@ CANDIDATES: dict[str, dict[str, Any]] = {
     "hidden size 64": {"model.hidden_size": 64},
     "no calendar": {"features.extra_inputs": WITHOUT_CALENDAR},
     "recency weights, half-life 5 years": {"train.recency_half_life": 5.0},
+    "team role token": {"features.extra_inputs": [*SHIPPED_EXTRAS, "team_role"]},
     # The spec's size with what the cpu profile adopted (one training of 4 members): its folds
     # train on a GPU machine (bench/gpu.py --prepare-folds, then its GPU half, then
     # --judge-folds), never here, where one epoch of it takes minutes.

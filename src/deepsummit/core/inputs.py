@@ -83,6 +83,7 @@ TABULAR_INPUTS: tuple[ModelInput, ...] = (
     ModelInput("style", "categorical", BD, "expeditions.style", spec=True),
     ModelInput("peakid", "categorical", BD, "expeditions.peakid", spec=True),
     ModelInput("agency", "categorical", BD, "expedition details' trekking_agency"),
+    ModelInput("team_role", "categorical", BD, "members.status: Leader, Climber, Exp Doctor …"),
     ModelInput("sex", "binary", BD, "members.sex", spec=True),
     # The records say who *used* oxygen, not who planned to: the plan is the expedition's, and
     # its training proxy is expeditions.o2used ("a member used oxygen"), which depends on the

@@ -149,6 +149,7 @@ SELECT
     i.style,
     i.peakid,
     i.agency,
+    i.expedition_role AS team_role,
     i.height_band,  -- not an input: the token a rare peak folds into
     -- binary (0/1, NULL = missing)
     CASE i.sex WHEN 'M' THEN 1 WHEN 'F' THEN 0 END AS sex,
