@@ -27,7 +27,7 @@ import polars as pl
 from _bundle import DEFAULT_BUNDLE, bundle_features, bundle_settings
 
 from deepsummit.contracts.artifact import ModelArtifact
-from deepsummit.contracts.profile import DistributionProfile
+from deepsummit.contracts.distribution import DistributionProfile
 from deepsummit.contracts.snapshot import load_history, newest_features_dir
 from deepsummit.core.planned import planned_frame, planned_record
 from deepsummit.core.warehouse import connect

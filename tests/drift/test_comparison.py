@@ -10,7 +10,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from deepsummit.contracts.profile import MISSING, OTHER, DistributionProfile
+from deepsummit.contracts.distribution import MISSING, OTHER, DistributionProfile
 from deepsummit.core.config import load_settings
 from deepsummit.drift.comparison import (
     MAJOR_PSI,

@@ -26,9 +26,9 @@ from services_fixtures import free_port
 from deepsummit.cli.exit_codes import ExitCode
 from deepsummit.core.config import Settings, load_settings
 from deepsummit.core.sections import PROJECT_ROOT
-from deepsummit.flows.resource import source_asset
 from deepsummit.flows.resources import RESOURCES
 from deepsummit.flows.runner import progress_key
+from deepsummit.flows.stage_resource import source_asset
 from deepsummit.flows.stages import OUTLOOK_CHAIN, task_edges
 from deepsummit.flows.summit import (
     DRIFT_ARTIFACT,

@@ -35,9 +35,9 @@ from deepsummit.core.config import Settings, load_settings
 from deepsummit.core.errors import PipelineError, QuotaExhausted
 from deepsummit.core.warehouse import connect
 from deepsummit.flows.cache_keys import cache_inputs
-from deepsummit.flows.resource import source_asset
 from deepsummit.flows.resources import RESOURCES
 from deepsummit.flows.runner import _retry_options, progress_key
+from deepsummit.flows.stage_resource import source_asset
 from deepsummit.flows.stages import CHAIN, STAGES, WEATHER, Retry, task_edges
 from deepsummit.flows.summit import (
     DRIFT_ARTIFACT,

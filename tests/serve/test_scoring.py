@@ -12,7 +12,7 @@ import torch
 
 from deepsummit.contracts.artifact import ModelArtifact
 from deepsummit.contracts.calibration import Calibrator
-from deepsummit.contracts.profile import DistributionProfile
+from deepsummit.contracts.distribution import DistributionProfile
 from deepsummit.contracts.snapshot import (
     PLANNED_TEST_FILE,
     load_features,

@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from deepsummit.train.checkpoint import EpochRecord
 from deepsummit.train.metrics import auc_by_group, compute_metrics, expected_calibration_error
 from deepsummit.train.plots import plot_calibration, plot_learning_curve, plot_roc
-from deepsummit.train.trainer import EpochRecord
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

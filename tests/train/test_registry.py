@@ -250,7 +250,7 @@ def test_a_refit_beside_the_evaluation_is_the_refit_after_it(
     )  # fmt: skip
     with refit_beside(recipe, trained_registry.snapshot, tmp_path / "beside", 1) as pending:
         assert pending is not None
-        beside = pending.get(timeout=900)
+        beside = pending.result(timeout=900)
     assert (beside.rows, beside.trained_through) == (after.rows, "2025 Summer")
     assert [len(r.history) for r in beside.results] == [settings.train.max_epochs]
     expected = after.results[0].model.state_dict()

@@ -19,8 +19,8 @@ from deepsummit.core.config import load_settings
 from deepsummit.model.config import ModelConfig
 from deepsummit.model.transformer import DeepSummitTransformer
 from deepsummit.serve.inference import predict_proba
+from deepsummit.train.checkpoint import CHECKPOINT_FILE
 from deepsummit.train.trainer import (
-    CHECKPOINT_FILE,
     parameter_groups,
     train_model,
     training_slice,
@@ -82,7 +82,7 @@ def test_a_run_killed_after_an_epoch_resumes_to_the_same_weights(
             kill_after_first_epoch,
         )
     caplog.clear()  # only the resumed run's lines
-    with caplog.at_level(logging.INFO, logger="deepsummit.train.trainer"):
+    with caplog.at_level(logging.INFO, logger="deepsummit.train"):
         resumed = fit(settings, train, validation, DIMENSIONS, tmp_path / "b")
 
     assert resumed.resumed_from_epoch == 1
@@ -241,7 +241,7 @@ def test_a_corrupt_checkpoint_restarts_training_with_a_warning(
     checkpoint = tmp_path / CHECKPOINT_FILE
     save_tensors(checkpoint, {"epoch": 1, "weights": torch.zeros(4_096)})
     checkpoint.write_bytes(damage(checkpoint.read_bytes()))
-    with caplog.at_level(logging.WARNING, logger="deepsummit.train.trainer"):
+    with caplog.at_level(logging.WARNING, logger="deepsummit.train"):
         result = fit(tiny_settings(max_epochs=1), train, validation, DIMENSIONS, tmp_path)
     assert result.resumed_from_epoch == 0 and [r.epoch for r in result.history] == [1]
     assert any(

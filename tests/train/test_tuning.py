@@ -18,7 +18,7 @@ from deepsummit.core.config import Settings, load_settings
 from deepsummit.core.errors import PipelineError
 from deepsummit.train import trial as trials
 from deepsummit.train import tuning
-from deepsummit.train.trainer import EpochRecord
+from deepsummit.train.checkpoint import EpochRecord
 
 TINY_SPACE = {"hidden_size": [16, 32], "num_layers": [1], "num_heads": [2], "batch_size": [64]}
 

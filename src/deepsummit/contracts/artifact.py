@@ -31,8 +31,8 @@ from typing import Any
 import polars as pl
 
 from deepsummit.contracts.calibration import Calibrator
+from deepsummit.contracts.distribution import DistributionProfile
 from deepsummit.contracts.preprocessing import Preprocessor
-from deepsummit.contracts.profile import DistributionProfile
 from deepsummit.contracts.tensors import load_tensors, save_tensors
 from deepsummit.model.config import ModelConfig
 from deepsummit.model.transformer import DeepSummitTransformer

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from deepsummit.contracts.profile import DistributionProfile, Kind, joined
+from deepsummit.contracts.distribution import DistributionProfile, Kind, joined
 from deepsummit.drift.profiling import (
     categorical_shares,
     numeric_shares,

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from deepsummit.contracts.distribution import DistributionProfile
 from deepsummit.contracts.preprocessing import WINDOW_KEY
-from deepsummit.contracts.profile import DistributionProfile
 from deepsummit.core.inputs import WEATHER_CHANNELS, InputSet
 from deepsummit.core.sections import DriftConfig
 from deepsummit.drift.comparison import DriftReport, compare, compare_shift

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import numpy as np
 import polars as pl
 
-from deepsummit.contracts.profile import (
+from deepsummit.contracts.distribution import (
     MISSING,
     OTHER,
     CategoricalProfile,

@@ -18,8 +18,8 @@ import mlflow
 
 from deepsummit.contracts.artifact import DRIFT_PROFILE
 from deepsummit.contracts.champion import champion_file
+from deepsummit.contracts.distribution import DistributionProfile
 from deepsummit.contracts.preprocessing import Preprocessor
-from deepsummit.contracts.profile import DistributionProfile
 from deepsummit.contracts.snapshot import PREPROCESSING_FILE, read_features, read_windows
 from deepsummit.core.config import Settings
 from deepsummit.core.context import RunContext

@@ -1,7 +1,7 @@
-"""What the stages read and write, by name (deepsummit/flows/resource.py says what a resource
-knows): the warehouse's tables, the record sources, the weather source and the forecasts, the
-features snapshot, the registered model version and the champion, the drift and backtest
-reports, the outlooks.
+"""What the stages read and write, by name (deepsummit/flows/stage_resource.py says what a
+resource knows): the warehouse's tables, the record sources, the weather source and the
+forecasts, the features snapshot, the registered model version and the champion, the drift and
+backtest reports, the outlooks.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from deepsummit.core.errors import PipelineError, ServiceUnavailable
 from deepsummit.core.sections import MlflowConfig, SourcesConfig, is_url
 from deepsummit.features.tabular import HISTORY_TABLES
 from deepsummit.flows.artifacts import link
-from deepsummit.flows.resource import (
+from deepsummit.flows.stage_resource import (
     Resource,
     asset,
     file_state,

@@ -22,8 +22,8 @@ from typing import Any
 
 from deepsummit.core.errors import PipelineError, QuotaExhausted
 from deepsummit.features.tabular import HISTORY_TABLES
-from deepsummit.flows.resource import Resource
 from deepsummit.flows.resources import RAW_RECORD_TABLES, RESOURCES
+from deepsummit.flows.stage_resource import Resource
 
 
 @dataclass(frozen=True)

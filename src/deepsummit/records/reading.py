@@ -20,7 +20,7 @@ import dbfread
 import polars as pl
 
 from deepsummit.core.errors import SourceUnreadable
-from deepsummit.records.io import read_bytes
+from deepsummit.records.source_bytes import read_bytes
 
 ROW = "_row"  # 1-based data row number in the source (line of the record after the header)
 MISSING = ("", "NA")  # how the layouts spell a missing value

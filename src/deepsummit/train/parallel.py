@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import multiprocessing
 from collections.abc import Iterator
-from concurrent.futures import Executor, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
-from multiprocessing.pool import AsyncResult
 from pathlib import Path
 
 import polars as pl
@@ -75,7 +74,7 @@ def refit_snapshot(recipe: Recipe, directory: Path, checkpoints: Path) -> Refit:
 @contextmanager
 def refit_beside(
     recipe: Recipe, directory: Path, checkpoints: Path, threads: int | None = None
-) -> Iterator[AsyncResult | None]:
+) -> Iterator[Future[Refit] | None]:
     """The refit started at once, in a process of its own, beside the evaluation, when it needs
     nothing from it: a recipe that keeps its last epoch (`train.keep = "last"`, the cpu profile)
     trains every seed `max_epochs` epochs, whatever the validation says. Its own process, because
@@ -89,8 +88,19 @@ def refit_beside(
     beside = recipe.with_training(
         num_threads=threads or core_split(recipe.training, refit_beside=True).refit
     )
-    with multiprocessing.get_context("spawn").Pool(1) as pool:
-        yield pool.apply_async(refit_snapshot, (beside, directory, checkpoints))
+    # An executor, not a multiprocessing.Pool: a child that dies (at import, say) breaks its
+    # future with BrokenProcessPool, where a Pool would start it again and again while the stage
+    # waits.
+    pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+    try:
+        yield pool.submit(refit_snapshot, beside, directory, checkpoints)
+    finally:
+        # Python 3.11 has no public way to stop a running task (terminate_workers is 3.14's).
+        workers = list(pool._processes.values())
+        pool.shutdown(wait=False, cancel_futures=True)
+        for worker in workers:
+            worker.terminate()
+            worker.join()
 
 
 @dataclass(frozen=True)
@@ -180,7 +190,7 @@ def train_recipe(
                 checkpoints / "refit", *part(2, "refit on every season", "refit_"),
             )  # fmt: skip
         else:
-            served = early_refit.get()
+            served = early_refit.result()
             report_epochs(served.results, config, *part(2, "refit on every season", "refit_"))
     return Trained(check, newest, served, trained_baselines, test)
 

@@ -13,8 +13,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 from sklearn.metrics import roc_auc_score, roc_curve
 
+from deepsummit.train.checkpoint import EpochRecord
 from deepsummit.train.metrics import CALIBRATION_BINS, expected_calibration_error
-from deepsummit.train.trainer import EpochRecord
 
 
 def plot_roc(labels: np.ndarray, curves: Mapping[str, np.ndarray], path: Path) -> Path:

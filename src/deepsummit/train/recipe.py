@@ -35,8 +35,9 @@ from deepsummit.core.sections import TrainConfig
 from deepsummit.model.config import ModelConfig
 from deepsummit.serve.inference import ensemble_logit, ensemble_probability, member_logits
 from deepsummit.train.baselines import ModelPredictions
+from deepsummit.train.checkpoint import EpochRecord
 from deepsummit.train.comparison import TRANSFORMER
-from deepsummit.train.trainer import EpochRecord, TrainingSummary, TrainResult, train_model
+from deepsummit.train.trainer import TrainingSummary, TrainResult, train_model
 
 # An epoch's record and the prefix its metrics carry ("seed_42_", "refit_seed_42_").
 EpochLog = Callable[[EpochRecord, str], None]

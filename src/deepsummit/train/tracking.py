@@ -20,8 +20,8 @@ from deepsummit.contracts.champion import registry_reachable
 from deepsummit.core.errors import ServiceUnavailable
 from deepsummit.core.sections import PROJECT_ROOT, MlflowConfig, TrainConfig, is_url
 from deepsummit.model.config import ModelConfig
+from deepsummit.train.checkpoint import EpochRecord
 from deepsummit.train.plots import plot_learning_curve
-from deepsummit.train.trainer import EpochRecord
 
 logger = logging.getLogger(__name__)
 

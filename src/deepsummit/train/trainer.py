@@ -18,10 +18,9 @@ import hashlib
 import json
 import logging
 import math
-import pickle
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +32,7 @@ from torch import nn
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from deepsummit.contracts.arrays import FeatureArrays
-from deepsummit.contracts.tensors import load_tensors, save_tensors
+from deepsummit.contracts.tensors import save_tensors
 from deepsummit.core.errors import PipelineError
 from deepsummit.core.sections import TrainConfig
 from deepsummit.model.config import ModelConfig
@@ -42,23 +41,13 @@ from deepsummit.model.tokenizer import quantile_bin_edges
 from deepsummit.model.transformer import DeepSummitTransformer
 from deepsummit.serve.inference import autocast_for, predict_proba
 from deepsummit.train.batches import batches
+from deepsummit.train.checkpoint import CHECKPOINT_FILE, EpochRecord, TrainingState, resume
 
 logger = logging.getLogger(__name__)
 
-CHECKPOINT_FILE = "last.pt"
 # Per-feature tokenizers and the missing-value projection are embeddings in the FT-Transformer
 # sense: decaying them pulls rare features/values toward zero, so they are left undecayed.
 NO_DECAY_MODULES = ("tabular_tokenizer", "missing_proj")
-
-
-@dataclass(frozen=True)
-class EpochRecord:
-    epoch: int  # 1-based
-    train_loss: float
-    val_loss: float
-    val_auc: float
-    learning_rate: float  # at the end of the epoch
-    seconds: float
 
 
 @dataclass(frozen=True)
@@ -320,10 +309,10 @@ def train_model(
     train_config, train, epochs, device = _settled(train_config, train, validation, epochs)
     config = architecture.with_inputs({**dimensions, **numeric_bins(architecture, train)})
     parts = _parts(config, train_config, len(train), device)
-    state = _TrainingState(signature=checkpoint_signature(config, train_config, len(train), epochs))
+    state = TrainingState(signature=checkpoint_signature(config, train_config, len(train), epochs))
     checkpoint = checkpoint_dir / CHECKPOINT_FILE
     if checkpoint.exists():
-        state = _resume(checkpoint, state, *parts.checkpointed())
+        state = resume(checkpoint, state, *parts.checkpointed())
     resumed_from = state.epoch
     patience = train_config.patience if train_config.keep == "best" else math.inf
     while state.epoch < epochs and state.bad_epochs < patience:
@@ -375,88 +364,4 @@ def _log_progress(seed: int, record: EpochRecord, epochs: int, left_s: float) ->
         record.learning_rate,
         record.seconds,
         left_s,
-    )
-
-
-@dataclass
-class _TrainingState:
-    """What survives a crash besides the model, optimizer and scheduler: progress and the best
-    epoch."""
-
-    signature: str  # checkpoint_signature: a checkpoint of another configuration is ignored
-    epoch: int = 0
-    best_epoch: int = 0
-    best_val_auc: float = -math.inf
-    bad_epochs: int = 0
-    best_state: dict[str, torch.Tensor] | None = None
-    history: list[EpochRecord] | None = None
-
-    def advance(self, record: EpochRecord, model: nn.Module, keep_last: bool) -> None:
-        """Count the epoch; keep `model`'s weights when they are the best so far (or, with
-        `keep_last`, always: best_epoch is then the last)."""
-        self.epoch = record.epoch
-        self.history = [*(self.history or []), record]
-        if keep_last or record.val_auc > self.best_val_auc:
-            self.best_val_auc, self.best_epoch, self.bad_epochs = record.val_auc, record.epoch, 0
-            self.best_state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
-        else:
-            self.bad_epochs += 1
-
-    def checkpoint(
-        self, model, averaged, optimizer, scheduler, scaler, device: torch.device
-    ) -> dict:
-        return {
-            "signature": self.signature,
-            "epoch": self.epoch,
-            "best_epoch": self.best_epoch,
-            "best_val_auc": self.best_val_auc,
-            "bad_epochs": self.bad_epochs,
-            "best_state": self.best_state,
-            "history": [asdict(record) for record in self.history or []],
-            "model": model.state_dict(),
-            "averaged": None if averaged is None else averaged.state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "scheduler": scheduler.state_dict(),
-            "scaler": scaler.state_dict(),
-            "torch_rng": torch.get_rng_state(),
-            "cuda_rng": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
-        }
-
-
-# What torch.load raises on a file cut short or damaged (empty, truncated zip, flipped bytes,
-# not a torch file at all).
-UNREADABLE_CHECKPOINT = (EOFError, OSError, RuntimeError, ValueError, pickle.UnpicklingError)
-
-
-def _resume(checkpoint: Path, fresh: _TrainingState, model, averaged, optimizer, scheduler, scaler):
-    try:
-        saved = load_tensors(checkpoint)
-    except UNREADABLE_CHECKPOINT as error:
-        # Losing the epochs done so far costs less than a run that cannot start; the file is
-        # replaced by the first new checkpoint.
-        first_line = next(iter(str(error).strip().splitlines()), "")[:120]
-        reason = f"{type(error).__name__}: {first_line}" if first_line else type(error).__name__
-        logger.warning("%s is unreadable (%s); training from scratch", checkpoint, reason)
-        return fresh
-    if not isinstance(saved, dict) or saved.get("signature") != fresh.signature:
-        logger.warning("%s belongs to another configuration; training from scratch", checkpoint)
-        return fresh
-    model.load_state_dict(saved["model"])
-    if averaged is not None:
-        averaged.load_state_dict(saved["averaged"])
-    optimizer.load_state_dict(saved["optimizer"])
-    scheduler.load_state_dict(saved["scheduler"])
-    scaler.load_state_dict(saved["scaler"])
-    torch.set_rng_state(saved["torch_rng"])
-    if saved["cuda_rng"] is not None and torch.cuda.is_available():
-        torch.cuda.set_rng_state(saved["cuda_rng"])
-    logger.info("resuming from %s after epoch %d", checkpoint, saved["epoch"])
-    return replace(
-        fresh,
-        epoch=saved["epoch"],
-        best_epoch=saved["best_epoch"],
-        best_val_auc=saved["best_val_auc"],
-        bad_epochs=saved["bad_epochs"],
-        best_state=saved["best_state"],
-        history=[EpochRecord(**record) for record in saved["history"]],
     )

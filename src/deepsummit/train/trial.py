@@ -17,8 +17,9 @@ from optuna.trial import TrialState
 from deepsummit.contracts.snapshot import load_features
 from deepsummit.core.config import Settings
 from deepsummit.core.errors import PipelineError
+from deepsummit.train.checkpoint import EpochRecord
 from deepsummit.train.tracking import log_epoch
-from deepsummit.train.trainer import EpochCallback, EpochRecord, train_model
+from deepsummit.train.trainer import EpochCallback, train_model
 from deepsummit.train.tuning import (
     SECTIONS,
     TAG_ROLE,

@@ -12,7 +12,7 @@ from scripted_server import Answer, scripted_server
 
 from deepsummit.core.errors import SourceUnavailable, SourceUnreadable
 from deepsummit.core.http_retry import DEFAULT_RETRY
-from deepsummit.records.io import read_bytes
+from deepsummit.records.source_bytes import read_bytes
 
 TEXT = b"peakid,pkname\nEVER,Everest\n"
 
