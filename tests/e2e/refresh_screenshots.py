@@ -44,8 +44,8 @@ from deepsummit.flows.summit import (
     SUMMARY_ARTIFACT,
 )
 from deepsummit.serve.outlook import OUTLOOK_CHART_ALT
+from deepsummit.services.local import prefect_auth_file
 from deepsummit.services.prefect_api import PrefectApi
-from deepsummit.services.supervisor import prefect_auth_file
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import subprocess
 import time
@@ -112,11 +113,15 @@ def guarded_epoch_log(config: MlflowConfig) -> Callable[[EpochRecord, str], None
 
 
 def log_epoch(record: EpochRecord, prefix: str = "") -> None:
-    """One epoch's metrics in the active run, at step = epoch (`prefix` tells seeds apart)."""
+    """One epoch's metrics in the active run, at step = epoch (`prefix` tells seeds apart); a
+    training judged on nothing (a refit) logs no validation figures rather than NaN."""
     values = asdict(record)
     step = values.pop("epoch")
     values["epoch_seconds"] = values.pop("seconds")
-    mlflow.log_metrics({f"{prefix}{name}": value for name, value in values.items()}, step=step)
+    mlflow.log_metrics(
+        {f"{prefix}{name}": value for name, value in values.items() if not math.isnan(value)},
+        step=step,
+    )
 
 
 def training_params(
