@@ -281,7 +281,7 @@ class BacktestConfig(Section):
 class FeaturesConfig(Section):
     split: SplitConfig = Field(default_factory=SplitConfig)
     # Tabular inputs beyond the model spec's 20 tokens, by name (deepsummit/core/inputs.py
-    # declares each one and when it is known); bench/ablation.py measures what each is worth.
+    # declares each one and when it is known); bench/backtest_profiles.py judges what one is worth.
     extra_inputs: tuple[str, ...] = ()
     # Allow inputs known only after the climb. For analysis only: the `retrospective` profile,
     # which registers its models under their own name, never the decision-time champion.
