@@ -106,6 +106,8 @@ FAULTS = (
     "short",  # one day fewer than requested
     "shift",  # the requested number of days, starting a day late
     "out-of-range",  # a well-formed answer whose first value no variable can take
+    "nan",  # a well-formed answer whose first location has no value at all (NaN everywhere)
+    "nan-variable",  # ... whose first location has no value of its first variable on any day
 )
 # Above every daily variable's physical range (deepsummit/weather/store.py): the store rejects
 # the row that carries it, and only that row.
@@ -403,7 +405,7 @@ class OpenMeteoServer:
         with self._lock:
             self.weighted_calls += weight
         stored = self.archive.stand_in(query.start, query.end) if forecast else None
-        body = self._body(query, start, days, fault == "out-of-range", stored)
+        body = self._body(query, start, days, fault, stored)
         if fault == "truncate":
             body = body[: len(body) // 2]
         content_type = "application/json" if query.format == "json" else "application/octet-stream"
@@ -414,11 +416,12 @@ class OpenMeteoServer:
         query: Query,
         start: date,
         days: int,
-        out_of_range: bool = False,
+        fault: str | None = None,
         stored: date | None = None,
     ) -> bytes:
         """The answer for `days` days from `start`; values from the archive's days from
-        `stored` (default: `start` itself), shifted as `start` is from the query's start."""
+        `stored` (default: `start` itself), shifted as `start` is from the query's start. A
+        value `fault` changes only the first location's values."""
         first = (stored or query.start) + (start - query.start)
         parts = []
         for index, (lat, lon) in enumerate(zip(query.latitudes, query.longitudes, strict=True)):
@@ -426,8 +429,13 @@ class OpenMeteoServer:
                 self.archive.nearest(lat, lon), first, days, query.variables
             )
             parts.append((index, values))
-        if out_of_range:  # the first day of the first location
-            parts[0][1][0, 0] = OUT_OF_RANGE_VALUE
+        faulty = parts[0][1]
+        if fault == "out-of-range":  # the first day
+            faulty[0, 0] = OUT_OF_RANGE_VALUE
+        if fault == "nan":
+            faulty[:] = np.nan
+        if fault == "nan-variable":
+            faulty[:, 0] = np.nan
         if query.format == "flatbuffers":
             return b"".join(_flatbuffer(query, i, v, start, days) for i, v in parts)
         documents = [_json(query, i, v, start, days) for i, v in parts]

@@ -111,11 +111,15 @@ MINI_ATTEMPTS: tuple[tuple[str, str, date | None, int], ...] = (
 )
 
 
-def load_mini_tables(con: duckdb.DuckDBPyConnection, data_dir: Path = DATA_DIR) -> None:
-    """The bundle's peaks (with their coord_source) and the MINI_ATTEMPTS records."""
+def load_mini_tables(
+    con: duckdb.DuckDBPyConnection,
+    data_dir: Path = DATA_DIR,
+    attempts: tuple[tuple[str, str, date | None, int], ...] = MINI_ATTEMPTS,
+) -> None:
+    """The bundle's peaks (with their coord_source) and the `attempts` records."""
     create_clean_tables(con)
     con.execute(_statements()[0], {"peaks": str(data_dir / "himalayan/peaks.csv")})
-    for attempt in MINI_ATTEMPTS:
+    for attempt in attempts:
         add_attempt(con, *attempt)
 
 

@@ -66,6 +66,11 @@ def test_an_unknown_profile_or_setting_is_refused(config_file: Path) -> None:
         load_settings(overrides={"train": {"epochs": 3}}, config_file=config_file)
 
 
+def test_an_optional_weather_variable_is_one_of_the_weather_variables() -> None:
+    with pytest.raises(ValueError, match="optional_variables: snowfall not a weather variable"):
+        load_settings(overrides={"weather": {"optional_variables": ["snowfall"]}})
+
+
 def test_relative_paths_resolve_against_the_project_root(config_file: Path) -> None:
     settings = load_settings(
         overrides={"paths": {"warehouse": "elsewhere/w.duckdb"}}, config_file=config_file

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from weather_fixtures import DATA_DIR, load_bundle_tables, weather_settings
+from weather_fixtures import DATA_DIR, load_bundle_tables, load_mini_tables, weather_settings
 
 from deepsummit.core.context import RunContext
 from deepsummit.core.errors import SourceUnreadable
@@ -115,3 +115,39 @@ def test_unreadable_archive_is_one_clear_line(tmp_path: Path) -> None:
     broken.write_bytes(b"PAR1 not really")
     with pytest.raises(SourceUnreadable, match="not a readable parquet"):
         read_archive(broken)
+
+
+def test_rows_of_peaks_without_weather_are_quarantined_with_why_once(tmp_path: Path) -> None:
+    days = (
+        pl.read_parquet(DATA_DIR / "weather/era5_daily.parquet")
+        .filter((pl.col("peakid") == "EVER") & (pl.col("date") >= date(2019, 5, 1)))
+        .head(3)
+        .with_columns(pl.col("peakid").cast(pl.String))
+    )
+    # Rows 1-3 of a peak with weather, 4-6 of a peak the records do not know, 7-9 of a peak
+    # whose coordinates are flagged geocoded-suspect (the mini records' BAUD).
+    path = tmp_path / "archive.parquet"
+    pl.concat(
+        [days, *(days.with_columns(peakid=pl.lit(p)) for p in ("NOPE", "BAUD"))]
+    ).write_parquet(path)
+    settings = weather_settings(tmp_path, archive_path=str(path))
+    with connect(settings.paths.warehouse) as con:
+        load_mini_tables(con)
+
+    first = load_weather(settings, RunContext(tmp_path / "run1"))
+    second = load_weather(settings, RunContext(tmp_path / "run2"))  # the same file again
+
+    with connect(settings.paths.warehouse, read_only=True) as con:
+        quarantined = con.execute(
+            "SELECT source, row_number, record::JSON->>'peakid', reason FROM quarantine "
+            "WHERE table_name = 'weather_daily' ORDER BY row_number"
+        ).fetchall()
+    coordinates = "peak without usable coordinates (none, or flagged geocoded-suspect)"
+    assert quarantined == [
+        # in the records stage's words for an expedition or member of an unknown peak
+        *((str(path), row, "NOPE", "unknown peak id (not in peaks)") for row in (4, 5, 6)),
+        *((str(path), row, "BAUD", coordinates) for row in (7, 8, 9)),
+    ]
+    assert second.rows == first.rows == 3
+    assert (first.fetched, first.stored, first.quarantined) == (9, 3, 6)
+    assert first.fetched == first.stored + first.quarantined + first.rejected_rows

@@ -12,7 +12,7 @@ import pytest
 import requests
 import requests_cache
 from openmeteo_server import OpenMeteoServer, open_meteo_weight
-from weather_fixtures import DATA_DIR, load_mini_tables, weather_settings
+from weather_fixtures import DATA_DIR, MINI_ATTEMPTS, load_mini_tables, weather_settings
 
 from deepsummit.core.config import Settings
 from deepsummit.core.context import RunContext
@@ -272,6 +272,67 @@ def test_a_response_with_a_quarantined_row_is_evicted_counted_and_not_quarantine
     assert (healed.requests, server.requests) == (1, 6)
     assert healed.complete and healed.rows == MINI_DAYS
     assert (healed.quarantined_days, healed.missing_days) == (0, 0)
+
+
+@pytest.mark.parametrize(
+    ("fault", "why"),
+    [
+        ("nan", "no value at all (every variable NaN on every day)"),
+        ("nan-variable", "no value on any day for temperature_2m_mean"),
+    ],
+)
+def test_an_answer_without_values_is_rejected_reported_and_asked_again(
+    tmp_path: Path, server: OpenMeteoServer, fault: str, why: str
+) -> None:
+    settings = om_settings(tmp_path, server)
+    server.inject(fault)  # the first request: EVER 1940-01-01..02-10, well-formed but empty
+    report = load_weather(settings, RunContext(tmp_path / "run1"))
+    assert stored(settings).filter(pl.col("date").dt.year() == 1940).is_empty()
+    assert not report.complete and report.rows == MINI_DAYS - 41
+    ever = next(peak for peak in report.peaks if peak.peakid == "EVER")
+    assert (ever.missing_days, ever.quarantined_days) == (41, 0)
+    assert (report.fetched, report.stored, report.quarantined, report.rejected_rows) == (
+        MINI_DAYS,
+        MINI_DAYS - 41,
+        0,
+        41,
+    )
+    written = (tmp_path / "run1" / "weather_report.md").read_text().splitlines()
+    [line] = [line for line in written if line.startswith("rejected:")]
+    assert line.startswith("rejected: EVER 1940-01-01..1940-02-10 (41 days) of om-")
+    assert f": {why}; not stored, asked again next run" in line
+    assert quarantined_weather(settings) == []
+
+    # The next run asks the API again for the 41 days (the empty answer left the cache), and
+    # the server now answers with values: every day is stored.
+    rerun = load_weather(settings, RunContext(tmp_path / "run2"))
+    assert (rerun.requests, server.requests) == (1, 5)
+    assert rerun.complete and rerun.rows == MINI_DAYS
+    assert (rerun.fetched, rerun.stored, rerun.rejected_rows) == (41, 41, 0)
+
+
+def test_a_location_without_values_is_rejected_alone(
+    tmp_path: Path, server: OpenMeteoServer
+) -> None:
+    # LHOT 2019 (90 days) and EVER 2019 (93) share one request when merging may cost 10% more.
+    attempts = tuple(a for a in MINI_ATTEMPTS if a[0] in ("LHOT19101", "EVER19101", "EVER19102"))
+    with connect(weather_settings(tmp_path).paths.warehouse) as con:
+        load_mini_tables(con, attempts=attempts)
+    settings = om_settings(tmp_path, server, max_merge_overhead=0.1)
+    server.inject("nan-variable")  # the request's first location, LHOT
+    report = load_weather(settings, RunContext(tmp_path / "run1"))
+    assert server.requests == 1 and server.log[0]["params"]["latitude"].count(",") == 1
+    assert stored(settings)["peakid"].unique().to_list() == ["EVER"]
+    assert (report.fetched, report.stored, report.rejected_rows) == (2 * 93, 93, 93)
+    [line] = report.rejected
+    assert line.startswith("LHOT 2019-02-20..2019-05-23 (93 days) of om-")
+    assert line.endswith(
+        ": no value on any day for temperature_2m_mean; not stored, asked again next run"
+    )
+
+    rerun = load_weather(settings, RunContext(tmp_path / "run2"))  # LHOT's own 90 days
+    assert rerun.complete and (rerun.requests, rerun.stored) == (1, 90)
+    assert stored(settings)["peakid"].value_counts(sort=True).rows() == [("EVER", 93), ("LHOT", 90)]
 
 
 # Another process opening the warehouse for writing, without waiting for a lock.

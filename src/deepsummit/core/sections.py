@@ -26,7 +26,13 @@ from pydantic import (
     model_validator,
 )
 
-from deepsummit.core.inputs import INPUTS_BY_NAME, SPEC_INPUTS, InputSet, Known
+from deepsummit.core.inputs import (
+    INPUTS_BY_NAME,
+    SPEC_INPUTS,
+    WEATHER_VARIABLES,
+    InputSet,
+    Known,
+)
 from deepsummit.core.planned import Scope, fields_of
 
 PROJECT_DIR_VARIABLE = "DEEPSUMMIT_PROJECT_DIR"
@@ -151,7 +157,22 @@ class WeatherConfig(Section):
     # calls than separate requests (0 = only when merging is free, e.g. identical spans).
     max_merge_overhead: float = 0.0
     first_date: date = date(1940, 1, 1)  # ERA5 starts here; earlier days are never requested
+    # Variables an answer may leave without a value on every day of a peak's request: the
+    # bundled archive has none of these (data README §4), so the model trained on it never
+    # reads them. Any other variable without a value, or no value at all, rejects the answer.
+    optional_variables: tuple[str, ...] = (
+        "precipitation_hours",
+        "shortwave_radiation_sum",
+        "et0_fao_evapotranspiration",
+    )
     limits: RateLimits = Field(default_factory=RateLimits)
+
+    @model_validator(mode="after")
+    def _known_variables(self) -> WeatherConfig:
+        unknown = sorted(set(self.optional_variables) - set(WEATHER_VARIABLES))
+        if unknown:
+            raise ValueError(f"optional_variables: {', '.join(unknown)} not a weather variable")
+        return self
 
 
 class ForecastConfig(Section):

@@ -2,9 +2,11 @@
 
 The whole file is loaded for every peak that the warehouse knows and may fetch (245k rows, a
 few seconds): simpler than cutting it to the attempt windows, and the features stage reads
-only the days it needs. Coverage of the needed days is reported by the caller. The file's
-values are pre-dawn single samples (see the data README); they are stored as they are, NULL
-stays NULL, under source `archive` so they never mix with Open-Meteo's true daily values.
+only the days it needs. A row of any other peak goes to quarantine with why, as a value out of
+range does (once, however often the file is loaded again). Coverage of the needed days is
+reported by the caller. The file's values are pre-dawn single samples (see the data README);
+they are stored as they are, NULL stays NULL, under source `archive` so they never mix with
+Open-Meteo's true daily values.
 """
 
 from __future__ import annotations
@@ -24,12 +26,17 @@ from deepsummit.weather.store import StoreResult, store_batch
 SOURCE = "archive"
 
 
+# Why a row of a peak without weather here is quarantined: a peak the records do not know (in
+# the records stage's words for an expedition or member of one), or one without coordinates.
+UNKNOWN_PEAK = "unknown peak id (not in peaks)"
+NOT_FETCHABLE = "peak without usable coordinates (none, or flagged geocoded-suspect)"
+
+
 @dataclass(frozen=True)
 class ArchiveOutcome:
-    rows_read: int
+    rows_read: int  # = stored + quarantined
     stored: int
-    quarantined: int
-    not_loaded: dict[str, int]  # peaks of the file that are not fetchable here -> rows left out
+    quarantined: int  # out of range, or of a peak weather is not stored for
 
 
 def read_archive(path: Path) -> tuple[pl.DataFrame, str]:
@@ -64,15 +71,23 @@ def _with_request_ids(frame: pl.DataFrame, digest: str) -> pl.DataFrame:
     )
 
 
-def load_archive(con: duckdb.DuckDBPyConnection, path: Path, peakids: set[str]) -> ArchiveOutcome:
-    """Store the archive file's rows of `peakids` in weather_daily (validated, upserted)."""
+def load_archive(
+    con: duckdb.DuckDBPyConnection, path: Path, peaks: dict[str, bool]
+) -> ArchiveOutcome:
+    """Store the archive file's rows in weather_daily (validated, upserted) for the peaks that
+    `peaks` (each peak the records know -> whether weather may be stored for it) allows; the
+    rows of any other peak go to quarantine with why, so that every row read is accounted for."""
     frame, digest = read_archive(path)
-    frame = frame.sort("peakid", "date")
-    loaded = _with_request_ids(frame.filter(pl.col("peakid").is_in(sorted(peakids))), digest)
-    not_loaded = dict(
-        frame.filter(~pl.col("peakid").is_in(sorted(peakids))).group_by("peakid").len().iter_rows()
+    frame = _with_request_ids(frame.sort("peakid", "date"), digest)
+    fetchable = [peakid for peakid, allowed in peaks.items() if allowed]
+    reason = (
+        pl.when(pl.col("peakid").is_in(fetchable))
+        .then(pl.lit(None, pl.String))
+        .when(pl.col("peakid").is_in(list(peaks)))
+        .then(pl.lit(NOT_FETCHABLE))
+        .otherwise(pl.lit(UNKNOWN_PEAK))
     )
-    batch = loaded.select(
+    batch = frame.select(
         pl.col("peakid").cast(pl.String),
         pl.col("date"),
         pl.lit(SOURCE).alias("source"),
@@ -81,11 +96,12 @@ def load_archive(con: duckdb.DuckDBPyConnection, path: Path, peakids: set[str]) 
         pl.col("request_id"),
         pl.lit(str(path)).alias("origin"),
         pl.col("row_number").cast(pl.Int64),
+        reason.alias("reason"),
     )
-    result: StoreResult = store_batch(con, batch)
+    loadable = pl.col("reason").is_null()
+    result: StoreResult = store_batch(
+        con, batch.filter(loadable).drop("reason"), refused=batch.filter(~loadable)
+    )
     return ArchiveOutcome(
-        rows_read=frame.height,
-        stored=result.stored,
-        quarantined=result.quarantined,
-        not_loaded=not_loaded,
+        rows_read=frame.height, stored=result.stored, quarantined=result.quarantined
     )

@@ -9,9 +9,12 @@ session hook reads `Retry-After` and the reason first. A daily-limit 429 stops t
 A response is stored only if it answers the request: one message per location, the requested
 days from start to end in the local calendar, every variable with one value per day. A
 response that does not is rejected, evicted from the cache, and reported; its request's days
-stay missing, so the next run asks again. A response that is stored but has rows the store
-quarantines (a value out of range) is evicted too, so the next run asks the API again instead
-of reading the same bad value from the cache forever.
+stay missing, so the next run asks again. A location whose answer has no value at all, or no
+value on any day for a variable the source must give, is rejected the same way, on its own:
+its rows are not stored (NULL rows would count as days stored and never be asked for again),
+the report names its days and variables, and the response is evicted. A response that is
+stored but has rows the store quarantines (a value out of range) is evicted too, so the next
+run asks the API again instead of reading the same bad value from the cache forever.
 
 The warehouse is opened only to store an answer (and record the calls it cost), one short
 transaction per request, never while a request, a retry or a rate-limit wait is under way:
@@ -233,15 +236,42 @@ def response_frame(responses: list[WeatherApiResponse], request: PlannedRequest)
     return pl.concat(frames)
 
 
+def without_values(
+    frame: pl.DataFrame, variables: tuple[str, ...], config: WeatherConfig
+) -> dict[str, str]:
+    """Each peak of an answer (`frame`, as response_frame gives it) that has no value at all,
+    or no value on any day for one of `variables` not in `config.optional_variables`, and why.
+    ERA5's first day has only its analysis fields (data README §4), so it cannot show that a
+    variable is missing: the per-variable test leaves `config.first_date` out."""
+    required = [name for name in variables if name not in config.optional_variables]
+    judged = pl.col("date") > config.first_date
+    summary = frame.group_by("peakid", maintain_order=True).agg(
+        pl.any_horizontal(pl.col(variables).fill_nan(None).is_not_null()).any().alias("_any"),
+        judged.any().alias("_judged"),
+        *(pl.col(name).fill_nan(None).filter(judged).is_not_null().any() for name in required),
+    )
+    reasons = {}
+    for row in summary.iter_rows(named=True):
+        empty = [name for name in required if not row[name]]
+        if not row["_any"]:
+            reasons[row["peakid"]] = "no value at all (every variable NaN on every day)"
+        elif row["_judged"] and empty:
+            reasons[row["peakid"]] = f"no value on any day for {', '.join(empty)}"
+    return reasons
+
+
 @dataclass
 class FetchOutcome:
-    """What a run of requests did, per peak and in total."""
+    """What a run of requests did, per peak and in total. Rows of the answers: `fetched` =
+    `stored` + `quarantined` + `rejected_rows`."""
 
     requests: dict[str, int] = field(default_factory=dict)
     weighted_calls: dict[str, float] = field(default_factory=dict)
+    fetched: int = 0
     stored: int = 0
     quarantined: int = 0
-    rejected: list[str] = field(default_factory=list)
+    rejected_rows: int = 0  # rows of locations answered without values (never stored)
+    rejected: list[str] = field(default_factory=list)  # one line per rejected response or location
     stopped: str | None = None
 
     def count(self, request: PlannedRequest, tries: int) -> None:
@@ -299,7 +329,8 @@ def _store(
     outcome: FetchOutcome,
 ) -> None:
     """Record what `request` cost and store its rows (`frame`, None when there is no answer
-    to store); evict the response when any of its rows is quarantined."""
+    to store), except those of a location without values (without_values: rejected); evict the
+    response when any of its rows is rejected or quarantined."""
     if not source.tries and frame is None:
         return  # nothing was sent and nothing came back
     config = source.config
@@ -318,7 +349,15 @@ def _store(
             pl.lit(request_id).alias("request_id"),
             pl.lit(config.api_url).alias("origin"),
         )
-        result = store_batch(con, batch)
+        empty = without_values(frame, request.variables, config)
+        result = store_batch(con, batch.filter(~pl.col("peakid").is_in(list(empty))))
+    outcome.fetched += frame.height
     outcome.add(result)
-    if result.quarantined:
+    for peakid, why in empty.items():
+        outcome.rejected_rows += request.days
+        outcome.rejected.append(
+            f"{peakid} {request.start}..{request.end} ({request.days} days) of {request_id}: "
+            f"{why}; not stored, asked again next run"
+        )
+    if result.quarantined or empty:
         source.evict()

@@ -26,9 +26,12 @@ class WeatherReport:
     skipped: tuple[SkippedPeak, ...]
     requests: int  # HTTP requests sent this run
     weighted_calls: float
+    fetched: int  # rows the source gave this run: stored + quarantined + rejected_rows
     stored: int  # rows written this run (upserts)
     quarantined: int
-    rejected: tuple[str, ...]  # responses that did not answer their request; not stored
+    rejected_rows: int  # rows of locations answered without values; not stored
+    # One line per response, or location of one, that did not answer its request; not stored.
+    rejected: tuple[str, ...]
     stopped: str | None  # why the run stopped early (daily limit), None if it did not
     rows: int  # rows of weather_daily (all sources), for asset metadata
     digest: str  # content digest of weather_daily without fetched_at / request_id
@@ -44,7 +47,7 @@ class WeatherReport:
 
     @property
     def complete(self) -> bool:
-        """Nothing a rerun could still add: no early stop, no rejected response, no day that
+        """Nothing a rerun could still add: no early stop, no rejected answer, no day that
         the source could give still missing (archive: days outside the file don't count).
         Quarantined days are not missing: the source answered, with values that are kept out
         (and asked again next run, since their cached response is dropped)."""
@@ -59,7 +62,7 @@ class WeatherReport:
         if self.complete:
             return None
         return (
-            f"{len(self.rejected)} responses rejected, {self.missing_days:,} needed days "
+            f"{len(self.rejected)} answers rejected, {self.missing_days:,} needed days "
             "missing; a retry fetches only what is missing"
         )
 
@@ -101,10 +104,11 @@ class WeatherReport:
                 )
         lines.append("")
         lines.append(
-            f"stored {self.stored:,} rows this run, quarantined {self.quarantined:,}; "
-            f"weather_daily: {self.rows:,} rows, digest {self.digest[:12]}"
+            f"fetched {self.fetched:,} rows this run: stored {self.stored:,}, quarantined "
+            f"{self.quarantined:,}, rejected {self.rejected_rows:,}; weather_daily: "
+            f"{self.rows:,} rows, digest {self.digest[:12]}"
         )
-        lines += [f"rejected response: {reason}" for reason in self.rejected]
+        lines += [f"rejected: {reason}" for reason in self.rejected]
         if self.stopped:
             lines.append(
                 f"stopped early: {self.stopped}; the next run fetches only what is missing"

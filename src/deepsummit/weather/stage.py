@@ -47,8 +47,9 @@ from deepsummit.weather.report import PeakWeather, WeatherReport
 REPORT_FILE = "weather_report.md"
 
 
-def _fetchable_peaks(con: duckdb.DuckDBPyConnection) -> set[str]:
-    return set(query(con, "weather_fetchable_peak_ids")["peakid"])
+def _archive_peaks(con: duckdb.DuckDBPyConnection) -> dict[str, bool]:
+    """Each peak the records know -> whether weather may be stored for it."""
+    return dict(query(con, "weather_archive_peaks").iter_rows())
 
 
 def _prepare(con: duckdb.DuckDBPyConnection) -> None:
@@ -84,8 +85,10 @@ def _report(
         skipped=skipped,
         requests=sum(outcome.requests.values()),
         weighted_calls=sum(outcome.weighted_calls.values()),
+        fetched=outcome.fetched,
         stored=outcome.stored,
         quarantined=outcome.quarantined,
+        rejected_rows=outcome.rejected_rows,
         rejected=tuple(outcome.rejected),
         stopped=outcome.stopped,
         rows=rows,
@@ -98,9 +101,11 @@ def _load_archive(open_warehouse: OpenWarehouse, settings: Settings) -> openmete
     with open_warehouse() as con:
         _prepare(con)
         loaded = archive.load_archive(
-            con, Path(settings.data_location(settings.weather.archive_path)), _fetchable_peaks(con)
+            con, Path(settings.data_location(settings.weather.archive_path)), _archive_peaks(con)
         )
-    return openmeteo.FetchOutcome(stored=loaded.stored, quarantined=loaded.quarantined)
+    return openmeteo.FetchOutcome(
+        fetched=loaded.rows_read, stored=loaded.stored, quarantined=loaded.quarantined
+    )
 
 
 def _fetch_open_meteo(

@@ -132,9 +132,12 @@ def quarantine(con: duckdb.DuckDBPyConnection, rejected: pl.DataFrame) -> int:
     return rejects.height
 
 
-def store_batch(con: duckdb.DuckDBPyConnection, batch: pl.DataFrame) -> StoreResult:
+def store_batch(
+    con: duckdb.DuckDBPyConnection, batch: pl.DataFrame, refused: pl.DataFrame | None = None
+) -> StoreResult:
     """Validate `batch` (STORED_COLUMNS + origin, row_number); upsert valid rows, quarantine
-    the others. One transaction, so a batch is stored whole or not at all."""
+    the others, and the rows the caller `refused` (the same columns and a `reason`). One
+    transaction, so a batch is stored whole or not at all."""
     valid, rejected = split_valid(batch)
     con.begin()
     try:
@@ -142,6 +145,8 @@ def store_batch(con: duckdb.DuckDBPyConnection, batch: pl.DataFrame) -> StoreRes
             with registered(con, weather_batch=valid.select(STORED_COLUMNS)):
                 run(con, "weather_upsert")
         quarantined = quarantine(con, rejected)
+        if refused is not None:
+            quarantined += quarantine(con, refused)
         con.commit()
     except BaseException:
         con.rollback()
