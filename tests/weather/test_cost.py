@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from deepsummit.core.errors import QuotaExhausted
-from deepsummit.core.sections import RateLimits
+from deepsummit.core.weather_sections import RateLimits
 from deepsummit.weather.cost import RateLimiter, max_days_for, weighted_calls
 
 

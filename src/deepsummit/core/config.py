@@ -28,7 +28,6 @@ from deepsummit.core.sections import (
     BacktestConfig,
     DriftConfig,
     FeaturesConfig,
-    ForecastConfig,
     IngestConfig,
     MlflowConfig,
     OutlookConfig,
@@ -39,10 +38,10 @@ from deepsummit.core.sections import (
     TrainConfig,
     TuneConfig,
     WarehouseConfig,
-    WeatherConfig,
     is_url,
     resolve_path,
 )
+from deepsummit.core.weather_sections import ForecastConfig, WeatherConfig
 from deepsummit.model.config import ModelConfig
 
 DEFAULT_CONFIG_FILE = Path(str(files("deepsummit") / "deepsummit.toml"))

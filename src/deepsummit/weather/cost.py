@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from deepsummit.core.errors import QuotaExhausted
-from deepsummit.core.sections import RateLimits
+from deepsummit.core.weather_sections import RateLimits
 
 REFERENCE_VARIABLES = 10
 REFERENCE_DAYS = 14

@@ -24,8 +24,8 @@ from typing import Any
 import polars as pl
 
 from deepsummit.core.errors import BadInput
-from deepsummit.core.sections import ForecastConfig, WeatherConfig
 from deepsummit.core.warehouse import query
+from deepsummit.core.weather_sections import ForecastConfig, WeatherConfig
 from deepsummit.weather import openmeteo, store
 from deepsummit.weather.plan import Location, PlannedRequest
 

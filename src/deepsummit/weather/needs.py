@@ -8,8 +8,8 @@ import duckdb
 import polars as pl
 
 from deepsummit.core.inputs import WINDOW_DAYS
-from deepsummit.core.sections import WeatherConfig
 from deepsummit.core.warehouse import query, run
+from deepsummit.core.weather_sections import WeatherConfig
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ from retry_requests import retry
 
 from deepsummit.core.context import Progress, no_progress
 from deepsummit.core.errors import QuotaExhausted
-from deepsummit.core.sections import WeatherConfig
+from deepsummit.core.weather_sections import WeatherConfig
 from deepsummit.weather import ledger
 from deepsummit.weather.cost import DAY_S, RateLimiter
 from deepsummit.weather.plan import PlannedRequest

@@ -17,7 +17,7 @@ from typing import Any
 import polars as pl
 
 from deepsummit.core.inputs import WEATHER_VARIABLES
-from deepsummit.core.sections import WeatherConfig
+from deepsummit.core.weather_sections import WeatherConfig
 from deepsummit.weather.cost import REFERENCE_DAYS, max_days_for, weighted_calls
 
 

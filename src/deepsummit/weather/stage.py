@@ -28,8 +28,8 @@ from deepsummit.core.config import Settings
 from deepsummit.core.context import Progress, RunContext
 from deepsummit.core.errors import QuotaExhausted
 from deepsummit.core.planned import today
-from deepsummit.core.sections import WeatherConfig
 from deepsummit.core.warehouse import connect, query
+from deepsummit.core.weather_sections import WeatherConfig
 from deepsummit.weather import archive, ledger, needs, openmeteo, store
 from deepsummit.weather.cost import DAY_S, RateLimiter
 from deepsummit.weather.forecast import (
