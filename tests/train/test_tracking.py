@@ -19,7 +19,10 @@ def test_a_refit_logs_its_loss_and_no_validation_figures(tmp_path: Path) -> None
     judged = EpochRecord(1, 0.61, 0.58, 0.74, 1e-3, 2.0)
     refit = EpochRecord(1, 0.60, math.nan, math.nan, 1e-3, 2.5)
     try:
-        with mlflow.start_run() as run:
+        # An experiment of its own: another test in this process may have left its active
+        # experiment's id behind, which this store does not hold.
+        experiment = MlflowClient(uri).create_experiment("epochs")
+        with mlflow.start_run(experiment_id=experiment) as run:
             log_epoch(judged, "member_check_seed_42_")
             log_epoch(refit, "refit_seed_42_")
     finally:
