@@ -320,6 +320,39 @@ def test_a_truncated_but_parseable_members_file_is_refused_and_the_tables_stay(
     assert table(settings, "SELECT count(*) AS n FROM raw_members")["n"][0] == read - 1
 
 
+def test_members_moved_to_another_file_replace_the_old_files_raw_rows(tmp_path: Path) -> None:
+    lines = bundle_head("members.csv.gz", 100).decode().splitlines()
+    header, rows = lines[0], lines[1:]
+    wrong_width = "AMAD78301,AMAD78301-99,AMAD"  # quarantined: the old file's rows go there too
+    old = "\n".join([header, *rows[:40], wrong_width]) + "\n"
+    sources = write_sources(tmp_path, old.encode())
+    first = ingest_records(settings_for(tmp_path, **sources), RunContext(tmp_path / "run1"))
+    assert counts(first)["members"] == (41, 40, 1)
+
+    # `deepsummit ingest --members OTHER_FILE`: another path, other rows.
+    moved = tmp_path / "elsewhere" / "members.csv"
+    moved.parent.mkdir()
+    moved.write_text("\n".join([header, *rows[40:]]) + "\n")
+    settings = settings_for(tmp_path, **{**sources, "members": str(moved)})
+    second = ingest_records(settings, RunContext(tmp_path / "run2"))
+    read, clean, quarantined = counts(second)["members"]
+    assert (read, clean + quarantined) == (60, 60)
+    raw = table(settings, "SELECT _source, count(*) AS n FROM raw_members GROUP BY ALL").rows()
+    assert raw == [(str(moved), read)]
+    stored = table(
+        settings,
+        "SELECT (SELECT count(*) FROM members) AS clean, (SELECT count(*) FROM quarantine "
+        "WHERE table_name = 'members') AS quarantined, (SELECT count(*) FROM quarantine "
+        f"WHERE source = '{sources['members']}') AS old_quarantined",
+    ).row(0)
+    assert stored == (clean, quarantined, 0)
+
+    before = stored_state(settings)
+    rerun = ingest_records(settings, RunContext(tmp_path / "run3"))
+    assert counts(rerun) == counts(second)
+    assert stored_state(settings) == before
+
+
 def test_a_table_that_fails_a_blocking_expectation_is_not_written(tmp_path: Path) -> None:
     members = pl.read_csv(io.BytesIO(bundle_head("members.csv.gz", 20)), infer_schema=False)
     every_row_invalid = members.with_columns(age=pl.lit("250")).write_csv().encode()

@@ -4,10 +4,12 @@ Every source is read and validated before the warehouse is opened, so an unreada
 changes nothing and the write lock is held only for the write. Peaks load first: members and
 expeditions are checked against known peaks. The blocking Great Expectations suites run on the
 rows about to be written; a table that fails one is not written. Then one transaction replaces
-each source's raw rows, rebuilds the clean tables and the quarantine of the records tables, and
-commits only if every row read ends in exactly one place (clean table or quarantine, counted
-as stored) and no clean table shrinks by more than `ingest.max_shrink` (a truncated download
-parses fine; `ingest.allow_shrink` accepts a smaller source on purpose).
+the raw table each source feeds (rows of a source no longer configured go too), rebuilds the
+clean tables and the quarantine of the records tables, and commits only if every row read ends
+in exactly one place (clean table or quarantine, counted as stored), the raw table holds exactly
+the rows read that split into fields, and no clean table shrinks by more than
+`ingest.max_shrink` (a truncated download parses fine; `ingest.allow_shrink` accepts a smaller
+source on purpose).
 """
 
 from __future__ import annotations
@@ -197,7 +199,7 @@ def _write(
     incoming: dict[str, pl.DataFrame],
     guards: IngestConfig,
 ) -> tuple[tuple[SourceCounts, ...], dict[str, pl.DataFrame]]:
-    """One transaction: raw rows replaced per source, clean tables and quarantine rebuilt;
+    """One transaction: raw tables, clean tables and quarantine rebuilt;
     committed only when no table shrinks too much and the stored counts add up. Returns the
     counts and the clean tables as stored."""
     warehouse.run(con, "ingest_create_tables")
@@ -275,17 +277,22 @@ def _quarantine(raw: RawTable, split: Split) -> pl.DataFrame:
 def _verified_counts(
     con: duckdb.DuckDBPyConnection, raws: dict[str, RawTable]
 ) -> tuple[SourceCounts, ...]:
-    """Counts as stored (before the commit); a row read that is neither clean nor quarantined
-    stops the stage."""
+    """Counts as stored (before the commit); a row read that is neither clean nor quarantined,
+    or a raw table holding other rows than those read (an old source's left behind), stops the
+    stage."""
     stored = {row["table_name"]: row for row in warehouse.query(con, "ingest_summary").to_dicts()}
     reasons = warehouse.query(con, "ingest_top_reasons")
     counts = []
     for table in TABLES:
         raw, row = raws[table], stored[table]
-        if row["clean"] + row["quarantined"] != raw.rows_read:
+        in_raw = con.sql(warehouse.sql("ingest_raw_rows").format(raw_table=raw.layout.name))
+        raw_rows = in_raw.pl()["rows"].item()
+        # Bad lines are kept in the quarantine only: the raw table holds the rows that split.
+        if row["clean"] + row["quarantined"] != raw.rows_read or raw_rows != raw.rows.height:
             raise PipelineError(
-                f"{raw.source}: {raw.rows_read} rows read but {row['clean']} clean + "
-                f"{row['quarantined']} quarantined"
+                f"{raw.source}: {raw.rows_read} rows read ({raw.rows.height} split into fields) "
+                f"but {row['clean']} clean + {row['quarantined']} quarantined, "
+                f"{raw_rows} in {raw.layout.name}"
             )
         top = reasons.filter(pl.col("table_name") == table).head(TOP_REASONS)
         counts.append(
