@@ -22,7 +22,7 @@ import numpy as np
 import polars as pl
 
 from deepsummit.contracts.arrays import FeatureArrays
-from deepsummit.contracts.calibration import Calibrator, Method
+from deepsummit.contracts.calibration import Calibrator
 from deepsummit.core.seasons import season_name
 from deepsummit.core.sections import BacktestConfig
 from deepsummit.serve.inference import ensemble_probability, member_logits
@@ -78,12 +78,12 @@ def evaluate(
     transformer: list[TrainResult],
     baselines: list[ModelPredictions],
     check: MemberCheck,
-    calibration: Method,
+    calibrator: Calibrator,
     backtest: BacktestConfig,
     run_dir: Path,
 ) -> Evaluation:
-    """Judge the recipe on both checks and log it all (see the module docstring)."""
-    calibrator = check.calibrator(calibration)
+    """Judge the recipe on both checks and log it all (see the module docstring);
+    `calibrator`: the map fitted on the whole check, the one the registered model carries."""
     models = [transformer_predictions(transformer, held_out.arrays), *baselines]
     comparison = compare(
         models,
@@ -96,7 +96,7 @@ def evaluate(
         comparison, seeds=seed_spread(transformer, held_out.arrays, calibrator)
     )
     served = {m.name: comparison.calibrators[m.name].probabilities(logit(m.test)) for m in models}
-    member_answers = check.out_of_fold(calibration)
+    member_answers = check.out_of_fold(calibrator.method)
     member_groups = calibration_by_scope(
         check.rows,
         {TRANSFORMER: member_answers, WITHOUT_MAP: ensemble_probability(check.logits)},

@@ -195,16 +195,17 @@ def train_and_register(
             Recipe.of(settings), data.directory, data.snapshot, data.windows,
             data.preprocessor, checkpoints, context.progress, guarded_epoch_log(settings.mlflow),
         )  # fmt: skip
+        # The map the registered model carries, fitted once on the whole member check.
+        calibrator = trained.check.calibrator(settings.train.calibration)
         evaluation = evaluate(
             HeldOut(data.split("test"), trained.test),
             trained.newest.results,
             trained.baselines,
             trained.check,
-            settings.train.calibration,
+            calibrator,
             settings.backtest,
             context.run_dir,
         )
-        calibrator = trained.check.calibrator(settings.train.calibration)
         served = trained.served
         mlflow.log_params({"trained_through": served.trained_through, "rows.refit": served.rows})
         artifact = model_artifact(data, served, calibrator, evaluation)
@@ -216,13 +217,14 @@ def train_and_register(
         )
         decision = gate_version(settings, context, data, str(version.version), trained, evaluation)
     shutil.rmtree(checkpoints, ignore_errors=True)  # the model is safe in the registry now
-    return train_report(settings, data, trained, evaluation, decision, run, version)
+    return train_report(settings, data, trained, calibrator, evaluation, decision, run, version)
 
 
 def train_report(
     settings: Settings,
     data: TrainingData,
     trained: Trained,
+    calibrator: Calibrator,
     evaluation: Evaluation,
     decision: GateDecision,
     run: ActiveRun,
@@ -252,7 +254,7 @@ def train_report(
         test_digest=data.test_digest,
         rows=_rows(data, trained),
         member_check_years=trained.check.years,
-        calibrator=trained.check.calibrator(settings.train.calibration),
+        calibrator=calibrator,
         seeds=tuple(r.seed for r in served.results),
         epochs=tuple(len(r.history) for r in served.results),
         inputs=data.preprocessor.inputs.names,
