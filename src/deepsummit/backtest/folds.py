@@ -25,7 +25,7 @@ from deepsummit.train.recipe import (
     check_inputs,
     member_years,
     preprocessing_for,
-    with_recency,
+    training_arrays,
 )
 
 
@@ -89,14 +89,13 @@ def fold_job(
     before = features.filter(pl.col("year") < fold.test_year)
     test_rows = features.filter(pl.col("year") == fold.test_year)
     preprocessor = preprocessing_for(template, before, windows)
-    train = preprocessor.transform(before, windows)
     return FoldJob(
         fold,
         before,
         test_rows,
         preprocessor,
         {
-            "train": with_recency(train, before["year"].to_numpy(), recipe.training),
+            "train": training_arrays(preprocessor, before, windows, recipe.training),
             "test": preprocessor.transform(test_rows, windows),
         },
         day_rows,

@@ -3,7 +3,7 @@ benches alike.
 
 A recipe is an architecture and its training settings (`Recipe`). It trains once per seed
 (`train_seeds`), each training resumable from its own checkpoint folder, with the training rows
-weighted by recency when the settings ask (`with_recency`); it refits on every season through
+weighted by recency when the settings ask (`training_arrays`); it refits on every season through
 the newest for the epochs an evaluation kept (`refit`); and its answer on a split is the mean
 probability of every ensemble member of every seed (`transformer_predictions`).
 
@@ -59,12 +59,17 @@ class Recipe:
         return dataclasses.replace(self, training=self.training.model_copy(update=changes))
 
 
-def with_recency(arrays: FeatureArrays, years: np.ndarray, config: TrainConfig) -> FeatureArrays:
-    """Rows weighted by how recent their year is: w = 0.5^((newest − year) / half-life), so
-    the model's base rate follows the newest seasons (`train.recency_half_life`; None: equal
-    weights). The weights are scaled to average 1, keeping the loss's scale."""
+def training_arrays(
+    preprocessor: Preprocessor, rows: pl.DataFrame, windows: pl.DataFrame, config: TrainConfig
+) -> FeatureArrays:
+    """`rows` as a recipe trains on them: read through `preprocessor`, each weighted by how
+    recent its year is: w = 0.5^((newest − year) / half-life), so the model's base rate follows
+    the newest seasons (`train.recency_half_life`; None: equal weights). The weights are scaled
+    to average 1, keeping the loss's scale."""
+    arrays = preprocessor.transform(rows, windows)
     if config.recency_half_life is None:
         return arrays
+    years = rows["year"].to_numpy()
     age = years.max() - years
     weights = 0.5 ** (age / config.recency_half_life)
     return dataclasses.replace(arrays, weight=(weights / weights.mean()).astype(np.float32))
@@ -194,8 +199,7 @@ def refit(
     """Each seed trained on `rows` for the epochs the recipe trains (`epochs`: seed → epochs;
     the same schedule, so the same steps of it), reading them through `preprocessor` (learnt
     from them: `preprocessing_for`). Nothing is held out, so nothing is judged here."""
-    arrays = preprocessor.transform(rows, windows)
-    arrays = with_recency(arrays, rows["year"].to_numpy(), recipe.training)
+    arrays = training_arrays(preprocessor, rows, windows, recipe.training)
     return refit_arrays(
         recipe, arrays, preprocessor, newest_season(rows), epochs, checkpoints, progress, epoch_log
     )
@@ -295,13 +299,12 @@ def check_inputs(
     judged = rows.filter(pl.col("year").is_in(years))
     members = judged.filter(pl.col("record") == "member")
     preprocessor = preprocessing_for(template, before, windows)
-    train = preprocessor.transform(before, windows)
     return CheckInputs(
         years,
         members,
         preprocessor,
         {
-            "train": with_recency(train, before["year"].to_numpy(), recipe.training),
+            "train": training_arrays(preprocessor, before, windows, recipe.training),
             "validation": preprocessor.transform(judged, windows),
         },
         preprocessor.transform(members, windows),
