@@ -1,32 +1,20 @@
-"""prefect.yaml and the files of deployments/: what cannot run here (no Docker engine, no
-Kubernetes) is parsed, validated with Prefect's own models and rendered with its templating."""
+"""prefect.yaml and the compose file of deployments/: what cannot run here (no Docker engine) is
+parsed and validated with Prefect's own models. The job templates: test_pool_templates.py."""
 
 from __future__ import annotations
 
-import json
 import re
-import sys
-import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from prefect.cli.deploy._models import PrefectYamlModel
-from prefect.client.schemas.objects import FlowRun
-from prefect.utilities.schema_tools import ValidationError, validate
-from prefect.utilities.templating import apply_values, find_placeholders
-from prefect.workers.process import ProcessJobConfiguration
 
 from deepsummit.core.config import Settings
 from deepsummit.core.sections import PROJECT_ROOT
 
 DEPLOYMENTS = PROJECT_ROOT / "deployments"
-TEMPLATES = (
-    "process-job-template.json",
-    "docker-gpu-job-template.json",
-    "kubernetes-gpu-job-template.json",
-)
 
 
 @pytest.fixture(scope="module")
@@ -78,96 +66,6 @@ def test_gpu_variant_trains_the_base_profile_on_the_gpu_pool(prefect_yaml: dict)
     # One nightly training per machine: the GPU schedule exists but starts paused.
     assert [s["cron"] for s in gpu["schedules"]] == ["0 2 * * *"]
     assert gpu["schedules"][0]["active"] is False
-
-
-def _template(name: str) -> dict[str, Any]:
-    return json.loads((DEPLOYMENTS / name).read_text())
-
-
-@pytest.mark.parametrize("name", TEMPLATES)
-def test_job_configuration_only_references_defined_variables(name: str) -> None:
-    template = _template(name)
-    referenced = {p.name for p in find_placeholders(template["job_configuration"])}
-    defined = set(template["variables"]["properties"])
-    assert referenced, "a template without variables configures nothing"
-    assert referenced <= defined, f"undefined: {referenced - defined}"
-
-
-def _rendered(name: str, values: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The job configuration as a worker renders it with the variables' defaults and `values`
-    (BaseJobConfiguration.from_template_and_values, whose block and variable lookups these
-    templates do not use)."""
-    template = _template(name)
-    defaults = {
-        key: spec["default"]
-        for key, spec in template["variables"]["properties"].items()
-        if "default" in spec
-    }
-    return apply_values(template["job_configuration"], {**defaults, **(values or {})})
-
-
-def test_docker_template_requests_gpus_through_the_nvidia_runtime() -> None:
-    (request,) = _rendered("docker-gpu-job-template.json")["container_create_kwargs"][
-        "device_requests"
-    ]
-    # docker-py's DeviceRequest: `docker run --gpus all` is count -1 with capability "gpu".
-    assert request == {"driver": "nvidia", "count": -1, "capabilities": [["gpu"]]}
-
-
-def test_kubernetes_template_puts_the_gpu_count_in_resource_limits() -> None:
-    manifest = _rendered("kubernetes-gpu-job-template.json")["job_manifest"]
-    pod = manifest["spec"]["template"]["spec"]
-    (container,) = pod["containers"]
-    assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
-    assert container["image"] == "deepsummit:gpu"
-    assert any(t["key"] == "nvidia.com/gpu" for t in pod["tolerations"])
-    raw = _template("kubernetes-gpu-job-template.json")["job_configuration"]["job_manifest"]
-    limits = raw["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
-    assert limits["nvidia.com/gpu"] == "{{ gpu_count }}"  # a variable, not a fixed count
-
-
-def test_process_template_is_what_the_local_pool_is_created_with() -> None:
-    from deepsummit.services.supervisor import PROCESS_JOB_TEMPLATE
-
-    assert PROCESS_JOB_TEMPLATE.name in TEMPLATES
-
-
-def _check_job_variables(job_variables: dict[str, Any]) -> None:
-    """What the server does to a flow run's job variables before it accepts the run
-    (prefect.server.api.validation): validate them against the pool's variables schema."""
-    schema = _template("process-job-template.json")["variables"]
-    validate(job_variables, schema, raise_on_error=True, preprocess=True, ignore_required=True)
-
-
-@pytest.mark.parametrize(
-    "job_variables",
-    [
-        {"command": "touch /tmp/deepsummit-pwned"},
-        {"working_dir": "/tmp"},
-        {"env": {"PYTHONSTARTUP": "/tmp/evil.py"}},
-        {"env": {"LD_PRELOAD": "/tmp/evil.so"}},
-        {"env.LD_PRELOAD": "/tmp/evil.so"},  # the worker reads a dotted key as env's
-    ],
-)
-def test_process_pool_refuses_a_command_or_code_loading_environment(
-    job_variables: dict[str, Any],
-) -> None:
-    with pytest.raises(ValidationError):
-        _check_job_variables(job_variables)
-
-
-def test_process_pool_takes_deepsummit_settings_in_env() -> None:
-    _check_job_variables({"env": {"DEEPSUMMIT_TRAIN__MAX_EPOCHS": "3"}, "stream_output": False})
-
-
-def test_process_worker_runs_its_own_command_whatever_the_run_sends() -> None:
-    """Even a variable the server let through (one stored before this template) cannot set the
-    command: the job configuration has no place for it."""
-    sent = {"command": "touch /tmp/deepsummit-pwned", "working_dir": "/tmp"}
-    configuration = ProcessJobConfiguration(**_rendered("process-job-template.json", sent))
-    configuration.prepare_for_flow_run(FlowRun(id=uuid.uuid4(), flow_id=uuid.uuid4()))
-    assert configuration.command == f"{sys.executable} -m prefect.engine"
-    assert configuration.working_dir is None
 
 
 @pytest.fixture(scope="module")
@@ -228,8 +126,9 @@ def test_compose_prefect_requires_the_login_and_csrf_and_its_own_origin(compose:
     assert server["PREFECT_SERVER_CSRF_PROTECTION_ENABLED"] == "true"
     assert server["PREFECT_SERVER_CORS_ALLOWED_ORIGINS"] == server["PREFECT_UI_URL"]
     assert "*" not in server["PREFECT_SERVER_CORS_ALLOWED_ORIGINS"]
-    worker = services["gpu-worker"]["environment"]
-    assert worker["PREFECT_API_AUTH_STRING"] == server["PREFECT_SERVER_API_AUTH_STRING"]
+    for worker in _workers(compose).values():
+        environment = worker["environment"]
+        assert environment["PREFECT_API_AUTH_STRING"] == server["PREFECT_SERVER_API_AUTH_STRING"]
     mlflow = services["mlflow"]["command"]
     hosts = re.search(r"--allowed-hosts (\S+)", mlflow).group(1).split(",")
     assert "mlflow:5000" in hosts and "*" not in mlflow  # the worker reaches it as mlflow:5000
@@ -261,12 +160,13 @@ def test_compose_locks_the_registry_and_the_workers_log_in(compose: dict) -> Non
     assert "--app-name basic-auth" in mlflow["command"]
     assert mlflow["environment"]["MLFLOW_AUTH_CONFIG_PATH"] == "/etc/mlflow/mlflow-auth.ini"
     assert "./mlflow-auth.ini:/etc/mlflow/mlflow-auth.ini:ro" in mlflow["volumes"]
-    worker = services["gpu-worker"]["environment"]
-    assert worker["MLFLOW_TRACKING_USERNAME"].startswith("${MLFLOW_PIPELINE_USERNAME:?")
-    assert worker["MLFLOW_TRACKING_PASSWORD"].startswith("${MLFLOW_PIPELINE_PASSWORD:?")
-    assert services["gpu-worker"]["depends_on"]["mlflow-users"] == {
-        "condition": "service_completed_successfully"
-    }
+    for worker in _workers(compose).values():
+        environment = worker["environment"]
+        assert environment["MLFLOW_TRACKING_USERNAME"].startswith("${MLFLOW_PIPELINE_USERNAME:?")
+        assert environment["MLFLOW_TRACKING_PASSWORD"].startswith("${MLFLOW_PIPELINE_PASSWORD:?")
+        assert worker["depends_on"]["mlflow-users"] == {
+            "condition": "service_completed_successfully"
+        }
 
 
 def test_compose_runs_postgres_backed_servers_and_an_s3_artifact_store(compose: dict) -> None:
@@ -280,12 +180,57 @@ def test_compose_runs_postgres_backed_servers_and_an_s3_artifact_store(compose: 
     assert "MLFLOW_S3_ENDPOINT_URL" in mlflow["environment"]
 
 
-def test_compose_gpu_worker_reserves_nvidia_gpus_for_the_gpu_pool(compose: dict) -> None:
-    worker = compose["services"]["gpu-worker"]
-    (device,) = worker["deploy"]["resources"]["reservations"]["devices"]
+WORKER_START = "&& exec prefect worker start"
+POOL_CREATE = re.compile(
+    r"prefect --no-prompt work-pool create (?P<pool>\S+) --type (?P<type>\S+)"
+    r" --base-job-template (?P<template>\S+) --overwrite"
+)
+
+
+def _workers(compose: dict) -> dict[str, dict[str, Any]]:
+    """Work pool → the compose service that runs its worker."""
+    workers = {}
+    for service in compose["services"].values():
+        command = str(service.get("command", ""))
+        if "prefect worker start" in command:
+            workers[re.search(r"--pool (\S+)", command).group(1)] = service
+    return workers
+
+
+def test_compose_runs_a_worker_for_each_pool_of_the_deployments(compose: dict) -> None:
+    from deepsummit.services.supervisor import deployments_by_pool
+
+    workers = _workers(compose)
+    assert set(workers) == set(deployments_by_pool().values())
+    for worker in workers.values():
+        assert worker["environment"]["PREFECT_API_URL"] == "http://prefect-server:4200/api"
+        assert "warehouse:/opt/deepsummit/var" in worker["volumes"]  # one warehouse for both
+
+
+def test_compose_workers_create_their_pool_with_the_locked_template_first(compose: dict) -> None:
+    """A worker that finds no pool creates one with Prefect's default template, whose `command`
+    a flow run may set: each worker (re)creates its pool with the local pool's template first,
+    the one test_pool_templates.py checks against a server."""
+    from deepsummit.services.supervisor import PROCESS_JOB_TEMPLATE
+
+    for pool, worker in _workers(compose).items():
+        create, started, start = worker["command"].partition(WORKER_START)
+        assert started, f"{pool}: the worker starts before its pool is created"
+        created = POOL_CREATE.fullmatch(create.strip().removeprefix('sh -c "'))
+        assert created, f"{pool}: {create!r} creates no pool with a template"
+        assert created["pool"] == pool and f"--type {created['type']}" in start
+        # The path inside the image: gpu.Dockerfile copies deployments/ into its WORKDIR.
+        assert created["template"] == str(PROCESS_JOB_TEMPLATE.relative_to(PROJECT_ROOT))
+    dockerfile = (DEPLOYMENTS / "gpu.Dockerfile").read_text()
+    assert "COPY deployments deployments" in dockerfile
+
+
+def test_compose_gpu_worker_alone_reserves_nvidia_gpus(compose: dict) -> None:
+    settings = Settings().services
+    workers = _workers(compose)
+    (device,) = workers[settings.gpu_work_pool]["deploy"]["resources"]["reservations"]["devices"]
     assert device["driver"] == "nvidia" and device["capabilities"] == ["gpu"]
-    assert f"--pool {Settings().services.gpu_work_pool}" in worker["command"]
-    assert worker["environment"]["PREFECT_API_URL"] == "http://prefect-server:4200/api"
+    assert "deploy" not in workers[settings.work_pool]
 
 
 def test_gpu_image_puts_the_project_where_the_gpu_deployment_pulls_it(prefect_yaml: dict) -> None:

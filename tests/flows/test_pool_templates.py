@@ -1,0 +1,253 @@
+"""The work pools' base job templates (deployments/*-job-template.json): whoever holds the Prefect
+secret may create deployments and flow runs, but may set only the job variables a run needs. The
+command, image, mounts, privileges and identity of the job are the pool's.
+
+The server half runs against a real Prefect server: it validates job variables against the pool's
+base job template alone, so Docker and Kubernetes pools are created through the API without their
+worker packages. The worker half renders each template as its worker does (no Docker engine or
+Kubernetes cluster here)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from prefect.client.orchestration import SyncPrefectClient, get_client
+from prefect.client.schemas.actions import WorkPoolCreate
+from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
+from prefect.client.schemas.objects import FlowRun
+from prefect.states import Scheduled
+from prefect.testing.utilities import prefect_test_harness
+from prefect.utilities.templating import apply_values, find_placeholders
+from prefect.workers.base import BaseJobConfiguration
+from prefect.workers.process import ProcessJobConfiguration
+
+from deepsummit.core.config import Settings
+from deepsummit.core.sections import PROJECT_ROOT
+
+DEPLOYMENTS = PROJECT_ROOT / "deployments"
+# Template → the worker type of the pools created with it.
+TEMPLATES = {
+    "process-job-template.json": "process",
+    "docker-gpu-job-template.json": "docker",
+    "kubernetes-gpu-job-template.json": "kubernetes",
+}
+# The variables a run may set (docs/deployment.md's table says why each): any other is refused.
+RUN_VARIABLES = {
+    "name", "labels", "env", "stream_output", "gpu_count",  # every pool
+    "mem_limit",  # Docker
+    "cpu_request", "memory_request", "memory_limit",  # Kubernetes
+}  # fmt: skip
+# What a deployment or flow run holding the Prefect secret might send to run code of its choosing
+# on the worker's host, or to widen what the job may reach. Every pool refuses each.
+HOSTILE_JOB_VARIABLES = [
+    {"command": "touch /tmp/deepsummit-pwned"},
+    {"working_dir": "/tmp"},
+    {"env": {"PYTHONSTARTUP": "/tmp/evil.py"}},
+    {"env": {"LD_PRELOAD": "/tmp/evil.so"}},
+    {"env": {"DEEPSUMMIT_PROFILE": "base", "PATH": "/tmp/evil"}},
+    {"env.LD_PRELOAD": "/tmp/evil.so"},  # a worker reads a dotted key as env's
+    {"privileged": True},
+    {"volumes": ["/:/host"]},
+    {"image": "attacker/image:latest"},
+    {"networks": ["host"]},
+    {"network_mode": "host"},
+    {"container_create_kwargs": {"privileged": True}},
+    {"service_account_name": "cluster-admin"},
+    {"namespace": "kube-system"},
+    {"job_manifest": {"spec": {}}},
+]
+NEVER = datetime(2999, 1, 1, tzinfo=UTC)  # a run scheduled then is never picked up
+
+
+def _template(name: str) -> dict[str, Any]:
+    return json.loads((DEPLOYMENTS / name).read_text())
+
+
+def _rendered(name: str, values: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The job configuration as a worker renders it with the variables' defaults and `values`
+    (BaseJobConfiguration.from_template_and_values, whose block and variable lookups these
+    templates do not use)."""
+    template = _template(name)
+    defaults = {
+        key: spec["default"]
+        for key, spec in template["variables"]["properties"].items()
+        if "default" in spec
+    }
+    return apply_values(template["job_configuration"], {**defaults, **(values or {})})
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[SyncPrefectClient]:
+    with prefect_test_harness(server_startup_timeout=90), get_client(sync_client=True) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def flow_id(client: SyncPrefectClient) -> uuid.UUID:
+    return client.create_flow_from_name("summit")
+
+
+@pytest.fixture(scope="module")
+def pools(client: SyncPrefectClient) -> dict[str, str]:
+    """Template → the name of a pool created with it, of its worker's type."""
+    names = {}
+    for template, worker_type in TEMPLATES.items():
+        name = f"locked-{worker_type}"
+        client.create_work_pool(
+            WorkPoolCreate(name=name, type=worker_type, base_job_template=_template(template))
+        )
+        names[template] = name
+    return names
+
+
+def _deploy(
+    client: SyncPrefectClient, flow_id: uuid.UUID, pool: str, job_variables: dict[str, Any]
+) -> uuid.UUID:
+    return client.create_deployment(
+        flow_id=flow_id,
+        name=f"probe-{uuid.uuid4().hex[:8]}",
+        work_pool_name=pool,
+        job_variables=job_variables,
+    )
+
+
+def _run(
+    client: SyncPrefectClient, deployment_id: uuid.UUID, job_variables: dict[str, Any]
+) -> FlowRun:
+    return client.create_flow_run_from_deployment(
+        deployment_id, job_variables=job_variables, state=Scheduled(scheduled_time=NEVER)
+    )
+
+
+def _runs_of(client: SyncPrefectClient, deployment_id: uuid.UUID) -> list[FlowRun]:
+    return client.read_flow_runs(
+        deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[deployment_id]))
+    )
+
+
+@pytest.mark.parametrize("template", TEMPLATES)
+@pytest.mark.parametrize("job_variables", HOSTILE_JOB_VARIABLES, ids=lambda v: next(iter(v)))
+def test_pool_refuses_a_deployment_or_flow_run_choosing_what_the_job_runs(
+    client: SyncPrefectClient,
+    flow_id: uuid.UUID,
+    pools: dict[str, str],
+    template: str,
+    job_variables: dict[str, Any],
+) -> None:
+    pool = pools[template]
+    with pytest.raises(httpx.HTTPStatusError) as refused:
+        _deploy(client, flow_id, pool, job_variables)
+    assert refused.value.response.status_code == 422
+    deployment_id = _deploy(client, flow_id, pool, {})
+    with pytest.raises(httpx.HTTPStatusError) as refused:
+        _run(client, deployment_id, job_variables)
+    assert refused.value.response.status_code == 422
+    assert _runs_of(client, deployment_id) == []
+
+
+def _prefect_yaml_job_variables() -> list[tuple[str, dict[str, Any]]]:
+    """(deployment, its job variables) of prefect.yaml's deployments on the gpu pool."""
+    document = yaml.safe_load((PROJECT_ROOT / "prefect.yaml").read_text())
+    gpu = Settings().services.gpu_work_pool
+    return [
+        (d["name"], d["work_pool"].get("job_variables", {}))
+        for d in document["deployments"]
+        if d["work_pool"]["name"] == gpu
+    ]
+
+
+@pytest.mark.parametrize("template", TEMPLATES)
+def test_pool_takes_the_gpu_deployments_and_deepsummit_settings(
+    client: SyncPrefectClient, flow_id: uuid.UUID, pools: dict[str, str], template: str
+) -> None:
+    """The gpu deployments apply whichever kind of pool `gpu` is (the compose file's is a
+    process pool), and a run may still set DEEPSUMMIT_* settings."""
+    declared = _prefect_yaml_job_variables()
+    assert declared, "prefect.yaml has no deployment on the gpu pool"
+    deployment_ids = [_deploy(client, flow_id, pools[template], v) for _, v in declared]
+    settings = {"env": {"DEEPSUMMIT_TRAIN__MAX_EPOCHS": "1"}, "stream_output": False}
+    run = _run(client, deployment_ids[0], settings)
+    client.delete_flow_run(run.id)
+    assert run.job_variables == settings
+
+
+@pytest.mark.parametrize("template", TEMPLATES)
+def test_template_offers_only_the_variables_a_run_needs(template: str) -> None:
+    variables = _template(template)["variables"]
+    assert variables["additionalProperties"] is False  # anything unlisted is refused
+    assert set(variables["properties"]) <= RUN_VARIABLES
+    env = variables["properties"]["env"]
+    assert env["propertyNames"] == {"pattern": "^DEEPSUMMIT_[A-Z0-9_]+$"}
+    referenced = {p.name for p in find_placeholders(_template(template)["job_configuration"])}
+    assert referenced <= set(variables["properties"]), f"undefined: {referenced - RUN_VARIABLES}"
+
+
+# What the server refuses, rendered anyway (a variable stored before the pool was locked would
+# reach the worker): the job configuration has no place for any of it. `env` is a variable, which
+# the server checks.
+SMUGGLED = {k: v for variables in HOSTILE_JOB_VARIABLES for k, v in variables.items() if k != "env"}
+
+
+def test_process_worker_runs_its_own_command() -> None:
+    configuration = ProcessJobConfiguration(**_rendered("process-job-template.json", SMUGGLED))
+    configuration.prepare_for_flow_run(FlowRun(id=uuid.uuid4(), flow_id=uuid.uuid4()))
+    assert configuration.command == f"{sys.executable} -m prefect.engine"
+    assert configuration.working_dir is None
+
+
+def test_docker_job_runs_the_flow_run_command_in_the_project_image_unprivileged() -> None:
+    template = _template("docker-gpu-job-template.json")["job_configuration"]
+    fixed = ("command", "image", "privileged", "volumes", "networks")
+    assert not find_placeholders({key: template[key] for key in fixed})
+    assert "network_mode" not in template  # Docker's default: the bridge network
+    rendered = _rendered("docker-gpu-job-template.json", SMUGGLED)
+    # The command a worker gives a flow run's container when none is set.
+    assert rendered["command"] == BaseJobConfiguration._base_flow_run_command()
+    assert rendered["image"] == "deepsummit:gpu"
+    assert rendered["privileged"] is False
+    assert rendered["volumes"] == [] and rendered["networks"] == []
+    # docker-py's DeviceRequest: `docker run --gpus all` is count -1 with capability "gpu".
+    assert rendered["container_create_kwargs"] == {
+        "device_requests": [{"driver": "nvidia", "count": -1, "capabilities": [["gpu"]]}]
+    }
+
+
+def test_kubernetes_job_runs_the_flow_run_command_in_the_project_image_without_a_token() -> None:
+    rendered = _rendered("kubernetes-gpu-job-template.json", SMUGGLED)
+    manifest = rendered["job_manifest"]
+    pod = manifest["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    # No `command`: the image's entrypoint runs the arguments, which are what the worker would
+    # put there itself (prefect-kubernetes: shlex.split(_base_flow_run_command())).
+    assert "command" not in container and "command" not in rendered
+    assert container["args"] == shlex.split(BaseJobConfiguration._base_flow_run_command())
+    assert container["image"] == "deepsummit:gpu"
+    assert "serviceAccountName" not in pod and pod["automountServiceAccountToken"] is False
+    assert rendered["namespace"] == manifest["metadata"]["namespace"] == "default"
+    assert container["env"] == {"DEEPSUMMIT_PROFILE": "base", "DEEPSUMMIT_TRAIN__DEVICE": "cuda"}
+
+
+def test_kubernetes_template_puts_the_gpu_count_in_resource_limits() -> None:
+    pod = _rendered("kubernetes-gpu-job-template.json")["job_manifest"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert any(t["key"] == "nvidia.com/gpu" for t in pod["tolerations"])
+    raw = _template("kubernetes-gpu-job-template.json")["job_configuration"]["job_manifest"]
+    limits = raw["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+    assert limits["nvidia.com/gpu"] == "{{ gpu_count }}"  # a variable, not a fixed count
+
+
+def test_process_template_is_what_the_local_pool_is_created_with() -> None:
+    from deepsummit.services.supervisor import PROCESS_JOB_TEMPLATE
+
+    assert PROCESS_JOB_TEMPLATE.name in TEMPLATES
+    assert TEMPLATES[PROCESS_JOB_TEMPLATE.name] == "process"
