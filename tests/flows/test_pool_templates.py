@@ -28,7 +28,7 @@ from prefect.states import Scheduled
 from prefect.testing.utilities import prefect_test_harness
 from prefect.utilities.templating import apply_values, find_placeholders
 from prefect.workers.base import BaseJobConfiguration
-from prefect.workers.process import ProcessJobConfiguration
+from prefect.workers.process import ProcessJobConfiguration, ProcessWorker
 
 from deepsummit.core.config import Settings
 from deepsummit.core.sections import PROJECT_ROOT
@@ -251,6 +251,22 @@ def test_kubernetes_template_puts_the_gpu_count_in_resource_limits() -> None:
     raw = _template("kubernetes-gpu-job-template.json")["job_configuration"]["job_manifest"]
     limits = raw["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
     assert limits["nvidia.com/gpu"] == "{{ gpu_count }}"  # a variable, not a fixed count
+
+
+@pytest.mark.parametrize("template", TEMPLATES)
+def test_up_counts_each_template_as_locked(template: str) -> None:
+    from deepsummit.services.supervisor import is_locked
+
+    assert is_locked(_template(template))
+
+
+def test_up_counts_prefects_default_templates_as_unlocked() -> None:
+    """What `prefect worker start` gives a pool it creates: any flow run may set the command."""
+    from deepsummit.services.supervisor import is_locked
+
+    default = ProcessWorker.get_default_base_job_template()
+    assert "command" in default["variables"]["properties"]
+    assert not is_locked(default)
 
 
 def test_process_template_is_what_the_local_pool_is_created_with() -> None:

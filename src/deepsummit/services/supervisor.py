@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import os
 import subprocess
+import urllib.error
 from collections.abc import Callable
+from typing import Any
 
 import yaml
 
@@ -164,9 +166,31 @@ def deployments_by_pool() -> dict[str, str]:
     return {d["name"]: d["work_pool"]["name"] for d in document["deployments"]}
 
 
+def is_locked(base_job_template: dict[str, Any]) -> bool:
+    """Whether a work pool's template refuses the job variables it does not list and takes only
+    names matching a pattern in `env`, as deployments/*-job-template.json do. Prefect's default
+    templates let a flow run set the command."""
+    variables = base_job_template.get("variables", {})
+    env = variables.get("properties", {}).get("env", {})
+    return variables.get("additionalProperties") is False and "pattern" in env.get(
+        "propertyNames", {}
+    )
+
+
+def _pool_template(settings: Settings, pool: str) -> dict[str, Any] | None:
+    """The base job template of the work pool `pool`; None where there is no such pool."""
+    try:
+        return prefect_api(settings).get(f"/work_pools/{pool}")["base_job_template"]
+    except urllib.error.HTTPError as error:
+        if error.code == 404:
+            return None
+        raise
+
+
 def deploy(settings: Settings) -> list[str]:
     """Create the local work pool and apply the deployments of prefect.yaml whose pool exists
-    (the local one always; `gpu` only where someone created it); the names applied."""
+    and is locked (the local one always; `gpu` only where someone created it with one of the
+    templates of deployments/); lines of what was applied and what was not."""
     local = settings.services.work_pool
     _prefect_cli(
         settings,
@@ -174,14 +198,23 @@ def deploy(settings: Settings) -> list[str]:
         "--type", "process", "--base-job-template", str(PROCESS_JOB_TEMPLATE), "--overwrite",
     )  # fmt: skip
     wanted = deployments_by_pool()
-    pools = {local} | {
-        pool
-        for pool in set(wanted.values()) - {local}
-        if _prefect_cli(settings, "work-pool", "inspect", pool, check=False).returncode == 0
-    }
+    pools, lines = {local}, []
+    for pool in sorted(set(wanted.values()) - {local}):
+        template = _pool_template(settings, pool)
+        if template is None:
+            continue
+        if is_locked(template):
+            pools.add(pool)
+            continue
+        held_back = ", ".join(name for name, on in wanted.items() if on == pool)
+        lines.append(
+            f"work pool {pool!r}: not applied ({held_back}): its job template lets a flow run "
+            "choose its command; recreate the pool with one of deployments/*-job-template.json "
+            "(docs/deployment.md#the-gpu-pool)"
+        )
     names = [name for name, pool in wanted.items() if pool in pools]
     _prefect_cli(settings, "--no-prompt", "deploy", *(f"--name={n}" for n in names))
-    return names
+    return [f"deployments applied: {', '.join(names)}", *lines]
 
 
 def up(settings: Settings, timeout_s: float = 120.0) -> list[str]:
@@ -209,8 +242,7 @@ def up(settings: Settings, timeout_s: float = 120.0) -> list[str]:
         done.append(f"{name}: {'started' if started else 'already running'}")
     check_prefect_auth(settings)
     if recorded_pid(settings, WORKER) is None:
-        deployed = deploy(settings)
-        done.append(f"deployments applied: {', '.join(deployed)}")
+        done.extend(deploy(settings))
     started = _ensure_process(
         settings, WORKER, _worker_command(settings), worker_env(settings), worker_healthy, timeout_s
     )
