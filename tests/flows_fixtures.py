@@ -16,6 +16,8 @@ import polars as pl
 from deepsummit.core.config import load_settings
 
 SLICE_PEAKS = ("ANN1", "KANG")
+# A hyperparameter search space whose trials train in seconds (tune.search_space).
+TINY_SPACE = {"hidden_size": [16, 32], "num_layers": [1], "num_heads": [2], "batch_size": [64, 128]}
 
 
 def write_bundle_slice(dest: Path, peaks: tuple[str, ...] = SLICE_PEAKS) -> Path:

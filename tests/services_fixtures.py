@@ -21,9 +21,11 @@ from typing import Any
 
 import pytest
 from flows_fixtures import as_environment, isolated_paths
+from prefect.settings import PREFECT_API_AUTH_STRING, PREFECT_API_URL
 
 from deepsummit.core.config import Settings, deep_merge, load_settings
 from deepsummit.core.sections import PROJECT_ROOT
+from deepsummit.services import local
 from deepsummit.services import supervisor as services
 
 # Ports below the kernel's ephemeral range (net.ipv4.ip_local_port_range, 32768-60999 by
@@ -68,6 +70,15 @@ class RunningServices:
     settings: Settings
     overrides: dict[str, Any]  # what made `settings`, for `deepsummit` in a subprocess
     up_lines: list[str]  # what the first `up` reported
+
+
+def prefect_server(settings: Settings) -> dict[Any, Any]:
+    """Prefect client settings (for `temporary_settings`) of the services' server, with the
+    secret `up` generated."""
+    return {
+        PREFECT_API_URL: settings.services.prefect_api_url,
+        PREFECT_API_AUTH_STRING: local.prefect_auth_string(settings),
+    }
 
 
 @contextmanager

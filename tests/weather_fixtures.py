@@ -3,14 +3,16 @@ own: the contract schemas of docs/architecture.md, filled from the bundle or fro
 
 from __future__ import annotations
 
-from datetime import date
+from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import duckdb
+import polars as pl
 import pytest
 
 from deepsummit.core.config import Settings, load_settings
+from deepsummit.core.inputs import WEATHER_VARIABLES
 from deepsummit.core.warehouse import connect
 
 DATA_DIR = load_settings().paths.data_dir  # the data bundle the settings point at
@@ -152,3 +154,22 @@ def mini_warehouse(tmp_path: Path) -> Settings:
     with connect(settings.paths.warehouse) as con:
         load_mini_tables(con)
     return settings
+
+
+def weather_batch(
+    days: int = 5, request_id: str = "r1", start: date = date(2019, 5, 1)
+) -> pl.DataFrame:
+    """`days` days of EVER as a response batch to store (every value valid)."""
+    dates = [start + timedelta(days=i) for i in range(days)]
+    return pl.DataFrame(
+        {
+            "peakid": ["EVER"] * days,
+            "date": dates,
+            "source": ["open-meteo"] * days,
+            **{name: [float(i) for i in range(days)] for name in WEATHER_VARIABLES},
+            "fetched_at": [datetime(2025, 1, 1)] * days,
+            "request_id": [request_id] * days,
+            "origin": ["http://127.0.0.1/v1/archive"] * days,
+            "row_number": list(range(1, days + 1)),
+        }
+    ).with_columns(pl.col("fetched_at").cast(pl.Datetime("us")))

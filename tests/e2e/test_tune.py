@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from flows_fixtures import isolated_paths, write_bundle_slice
+from flows_fixtures import TINY_SPACE, isolated_paths, write_bundle_slice
 from mlflow import MlflowClient
 from optuna.trial import TrialState
 from prefect.client.orchestration import get_client
@@ -31,12 +31,11 @@ from prefect.client.schemas.filters import (
     FlowRunFilterParentFlowRunId,
 )
 from prefect.client.schemas.objects import FlowRun
-from prefect.settings import PREFECT_API_AUTH_STRING, PREFECT_API_URL, temporary_settings
-from services_fixtures import STARTUP_TIMEOUT_S, free_port
+from prefect.settings import temporary_settings
+from services_fixtures import STARTUP_TIMEOUT_S, free_port, prefect_server
 
 from deepsummit.core.config import Settings, load_settings
 from deepsummit.core.sections import PROJECT_ROOT
-from deepsummit.services import local
 from deepsummit.services import supervisor as services
 from deepsummit.train import tuning
 
@@ -44,7 +43,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
 
 SECOND_WORKER = "worker-2"
 PREFECT = str(Path(sys.executable).parent / "prefect")
-TINY_SPACE = {"hidden_size": [16, 32], "num_layers": [1], "num_heads": [2], "batch_size": [64, 128]}
 
 
 def _prefect(settings: Settings, *args: str) -> str:
@@ -60,16 +58,8 @@ def _prefect(settings: Settings, *args: str) -> str:
     return result.stdout
 
 
-def _server(settings: Settings) -> dict[Any, Any]:
-    """Prefect client settings for the session's server, with the secret `up` generated."""
-    return {
-        PREFECT_API_URL: settings.services.prefect_api_url,
-        PREFECT_API_AUTH_STRING: local.prefect_auth_string(settings),
-    }
-
-
 def _online_workers(settings: Settings) -> set[str]:
-    with temporary_settings(_server(settings)), get_client(sync_client=True) as client:
+    with temporary_settings(prefect_server(settings)), get_client(sync_client=True) as client:
         workers = client.read_workers_for_work_pool(settings.services.work_pool)
     return {w.name for w in workers if w.status == "ONLINE"}
 
@@ -136,7 +126,7 @@ def _wait(settings: Settings, flow_run_id: str, kill_one: bool) -> tuple[FlowRun
     running at the same time, so the kill also witnesses that trials run side by side."""
     killed = None
     deadline = time.monotonic() + 900
-    with temporary_settings(_server(settings)), get_client(sync_client=True) as client:
+    with temporary_settings(prefect_server(settings)), get_client(sync_client=True) as client:
         while time.monotonic() < deadline:
             run = client.read_flow_run(flow_run_id)
             if run.state and run.state.is_final():
@@ -162,7 +152,7 @@ def test_a_search_across_two_workers_survives_a_killed_trial_and_resumes(stack):
     assert killed is not None, "two trials were never seen running at once"
 
     # Trials ran as their own flow runs, under the search, two at a time; the killed one crashed.
-    with temporary_settings(_server(settings)), get_client(sync_client=True) as client:
+    with temporary_settings(prefect_server(settings)), get_client(sync_client=True) as client:
         trials = {str(t.id): t for t in _trial_runs(client, tune_id)}
     assert len(trials) == 3
     assert trials[killed].state.name == "Crashed"

@@ -80,8 +80,11 @@ def test_a_relative_sqlite_storage_is_under_the_project_root():
     )
     assert url.startswith("sqlite:////") and url.endswith("/x/o.db")
     pg = "postgresql://optuna:secret@db:5432/optuna"
-    assert tuning.storage_url(load_settings(overrides={"tune": {"storage_url": pg}}).tune) == pg
-    assert "secret" not in tuning.redacted(pg)
+    config = load_settings(overrides={"tune": {"storage_url": pg}}).tune
+    assert tuning.storage_url(config) == pg
+    assert tuning.storage_description(config) == "postgresql://optuna:***@db:5432/optuna"
+    from_secret = config.model_copy(update={"storage_secret": "tune-storage"})
+    assert tuning.storage_description(from_secret) == "Prefect Secret 'tune-storage'"
 
 
 def test_reopening_the_study_resumes_it(tmp_path: Path):

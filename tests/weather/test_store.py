@@ -3,30 +3,15 @@
 from __future__ import annotations
 
 import json
-from datetime import date, datetime, timedelta
+from datetime import date, datetime
 
 import duckdb
 import polars as pl
 import pytest
+from weather_fixtures import weather_batch
 
 from deepsummit.core.inputs import WEATHER_VARIABLES
 from deepsummit.weather import store
-
-
-def batch(days: int = 5, request_id: str = "r1", start: date = date(2019, 5, 1)) -> pl.DataFrame:
-    dates = [start + timedelta(days=i) for i in range(days)]
-    return pl.DataFrame(
-        {
-            "peakid": ["EVER"] * days,
-            "date": dates,
-            "source": ["open-meteo"] * days,
-            **{name: [float(i) for i in range(days)] for name in WEATHER_VARIABLES},
-            "fetched_at": [datetime(2025, 1, 1)] * days,
-            "request_id": [request_id] * days,
-            "origin": ["http://127.0.0.1/v1/archive"] * days,
-            "row_number": list(range(1, days + 1)),
-        }
-    ).with_columns(pl.col("fetched_at").cast(pl.Datetime("us")))
 
 
 @pytest.fixture
@@ -42,21 +27,21 @@ def test_table_columns_follow_the_feature_spec(con: duckdb.DuckDBPyConnection) -
 
 
 def test_upsert_twice_never_duplicates(con: duckdb.DuckDBPyConnection) -> None:
-    assert store.store_batch(con, batch()).stored == 5
-    changed = batch().with_columns(pl.lit(-1.0).alias("temperature_2m_mean"))
+    assert store.store_batch(con, weather_batch()).stored == 5
+    changed = weather_batch().with_columns(pl.lit(-1.0).alias("temperature_2m_mean"))
     store.store_batch(con, changed)
     rows = con.execute("SELECT count(*), min(temperature_2m_mean) FROM weather_daily").fetchone()
     assert rows == (5, -1.0)
 
 
 def test_nan_is_stored_as_null(con: duckdb.DuckDBPyConnection) -> None:
-    frame = batch().with_columns(pl.lit(float("nan")).alias("precipitation_hours"))
+    frame = weather_batch().with_columns(pl.lit(float("nan")).alias("precipitation_hours"))
     store.store_batch(con, frame)
     assert con.execute("SELECT count(precipitation_hours) FROM weather_daily").fetchone() == (0,)
 
 
 def test_out_of_range_rows_go_to_quarantine_with_reason(con: duckdb.DuckDBPyConnection) -> None:
-    frame = batch().with_columns(
+    frame = weather_batch().with_columns(
         pl.when(pl.col("row_number") == 3)
         .then(999.0)
         .otherwise(pl.col("temperature_2m_max"))
@@ -73,8 +58,8 @@ def test_out_of_range_rows_go_to_quarantine_with_reason(con: duckdb.DuckDBPyConn
 
 
 def test_dates_with_a_hole_in_one_request_are_rejected(con: duckdb.DuckDBPyConnection) -> None:
-    holed = batch().filter(pl.col("row_number") != 3)
-    other = batch(request_id="r2", start=date(2019, 6, 1))
+    holed = weather_batch().filter(pl.col("row_number") != 3)
+    other = weather_batch(request_id="r2", start=date(2019, 6, 1))
     result = store.store_batch(con, pl.concat([holed, other]))
     assert (result.stored, result.quarantined) == (5, 4)  # r2 is fine, every row of r1 is not
     reasons = {r for (r,) in con.execute("SELECT DISTINCT reason FROM quarantine").fetchall()}
@@ -83,7 +68,7 @@ def test_dates_with_a_hole_in_one_request_are_rejected(con: duckdb.DuckDBPyConne
 
 def test_the_same_rejected_row_is_quarantined_once(con: duckdb.DuckDBPyConnection) -> None:
     def with_bad_max(value: float, request_id: str, fetched_at: datetime) -> pl.DataFrame:
-        return batch(request_id=request_id).with_columns(
+        return weather_batch(request_id=request_id).with_columns(
             pl.when(pl.col("row_number") == 3)
             .then(value)
             .otherwise(pl.col("temperature_2m_max"))

@@ -4,6 +4,16 @@ The class says what kind of failure it is, so that a script driving `deepsummit`
 apart: the command line maps each class to its exit code (deepsummit/cli/exit_codes.py).
 """
 
+from __future__ import annotations
+
+import errno
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+# How DuckDB reports ENOSPC: its errors carry the OS's message, not the errno.
+_NO_SPACE_MESSAGE = "No space left on device"
+
 
 class PipelineError(Exception):
     """A stage cannot go on; `str(error)` is the one line the CLI prints before exiting."""
@@ -38,3 +48,38 @@ class SourceUnreadable(_SourceError, BadInput):
 
 class SourceUnavailable(_SourceError, ServiceUnavailable):
     """A source URL's server does not answer, or stays busy through every retry."""
+
+
+class DiskFull(PipelineError):
+    """A write ran out of disk space. Each writer writes whole or not at all, so what was there
+    before is kept: free some space and run the command again."""
+
+
+def _out_of_space(error: BaseException) -> bool:
+    """Whether `error`, or an error it was raised from or while handling, is ENOSPC (torch
+    reports a failed write as a RuntimeError raised while handling the OSError)."""
+    seen: set[int] = set()
+    cause: BaseException | None = error
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, OSError) and cause.errno == errno.ENOSPC:
+            return True
+        if _NO_SPACE_MESSAGE in str(cause):
+            return True
+        cause = cause.__cause__ or cause.__context__
+    return False
+
+
+@contextmanager
+def disk_space_for(what: str, path: Path) -> Iterator[None]:
+    """Inside the block, an error caused by a full disk becomes DiskFull: one line naming what
+    could not be written and where; any other error passes unchanged."""
+    try:
+        yield
+    except Exception as error:
+        if not _out_of_space(error):
+            raise
+        raise DiskFull(
+            f"{path}: the disk is full, {what} could not be written; nothing was changed there,"
+            " free some space and run again"
+        ) from error

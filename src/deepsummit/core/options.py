@@ -10,10 +10,12 @@ from __future__ import annotations
 from datetime import date
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from deepsummit.core.config import nested_overrides
+from deepsummit.core.errors import BadInput
 
 
 def _option(setting: str, description: str) -> Any:
@@ -94,12 +96,23 @@ class RunOptions(BaseModel):
     )
     study_name: str | None = _option("tune.study_name", "Optuna study name.")
     storage_url: str | None = _option(
-        "tune.storage_url", "Study database (sqlite:///… or postgresql://…)."
+        "tune.storage_url",
+        "Study database (sqlite:///… or postgresql://…), without a password: see storage_secret.",
+    )
+    storage_secret: str | None = _option(
+        "tune.storage_secret",
+        "Prefect Secret block holding the study database URL (for a URL with a password).",
     )
     search_space: dict[str, list[int | float]] | None = _option(
         "tune.search_space",
         'Replaced choices, e.g. {"hidden_size": [16, 32]}; learning_rate takes [low, high].',
     )
+
+    @field_validator("storage_url")
+    @classmethod
+    def _storage_url_without_password(cls, url: str | None) -> str | None:
+        refuse_password(url)
+        return url
 
     @classmethod
     def setting(cls, name: str) -> str:
@@ -109,4 +122,19 @@ class RunOptions(BaseModel):
     def overrides(self, base: dict[str, Any] | None = None) -> dict[str, Any]:
         """The given options as nested settings overrides, merged over `base`."""
         given = self.model_dump(exclude_none=True)
-        return nested_overrides({self.setting(name): value for name, value in given.items()}, base)
+        dotted = {self.setting(name): value for name, value in given.items()}
+        merged = nested_overrides(dotted, base)
+        refuse_password(merged.get("tune", {}).get("storage_url"))
+        return merged
+
+
+def refuse_password(storage_url: str | None) -> None:
+    """A study URL given as a run parameter must hold no password: Prefect stores a flow run's
+    parameters as they are, shown in the UI and passed on to every trial's flow run."""
+    if storage_url and urlsplit(storage_url).password:
+        # The URL is not repeated: it holds the password.
+        raise BadInput(
+            "tune.storage_url: a URL with a password cannot be a run parameter (Prefect would "
+            "keep it in the flow run); save the URL as a Prefect Secret block and pass its name "
+            "as tune.storage_secret, or set DEEPSUMMIT_TUNE__STORAGE_URL on the workers"
+        )

@@ -390,7 +390,12 @@ class AlertsConfig(Section):
 class TuneConfig(Section):
     study_name: str = "deepsummit"
     # Any SQLAlchemy URL Optuna accepts; a relative SQLite path is under the project root.
+    # With a password, set it where only workers read it (deepsummit.toml on the worker,
+    # DEEPSUMMIT_TUNE__STORAGE_URL) or use storage_secret: a run parameter would show it.
     storage_url: str = "sqlite:///var/optuna.db"
+    # Name of a Prefect Secret block holding the study URL (password included): each flow run
+    # of the search reads it from the Prefect server, and it replaces storage_url there.
+    storage_secret: str | None = None
     n_trials: int = 20  # finished trials the study should hold; a rerun only adds the rest
     concurrency: int = 2  # trials in flight at once: the number of (GPU) workers
     training_deployment: str = "summit-trial/trial"

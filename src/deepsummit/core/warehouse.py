@@ -144,6 +144,13 @@ def query(
     return con.sql(sql(name), params=params or {}).pl()
 
 
+def database_file(con: duckdb.DuckDBPyConnection) -> Path:
+    """The warehouse file `con` is connected to (`:memory:`, as DuckDB names it, for none)."""
+    # execute, not query: it also works while a caller left a result of its own unfetched.
+    [(path,)] = con.execute(sql("warehouse_file")).fetchall()
+    return Path(path or ":memory:")
+
+
 def frame_digest(frame: pl.DataFrame) -> str:
     """A content digest of a frame that ignores row order: sha256 over sorted row hashes."""
     if frame.is_empty():

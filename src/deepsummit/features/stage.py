@@ -32,7 +32,7 @@ from deepsummit.contracts.snapshot import (
 )
 from deepsummit.core.config import Settings
 from deepsummit.core.context import RunContext
-from deepsummit.core.errors import PipelineError
+from deepsummit.core.errors import PipelineError, disk_space_for
 from deepsummit.core.sections import FeaturesConfig, SplitYears
 from deepsummit.core.warehouse import connect, frame_digest, query, registered, run
 from deepsummit.features.attempts import (
@@ -149,7 +149,8 @@ def build_features(settings: Settings, context: RunContext) -> FeaturesReport:
         config.rare_peak_attempts,
     )  # fmt: skip
     directory = config.features_dir / snapshot_digest[:12]
-    _write_folder(directory, features, preprocessor, windows, by_split, history, planned_test)
+    with disk_space_for("the features snapshot", directory):
+        _write_folder(directory, features, preprocessor, windows, by_split, history, planned_test)
 
     return FeaturesReport(
         splits=_split_figures(split, by_split),

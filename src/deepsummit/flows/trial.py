@@ -12,9 +12,28 @@ from pathlib import Path
 from typing import Any
 
 from prefect import flow
+from prefect.blocks.system import Secret
 
-from deepsummit.core.config import load_settings
+from deepsummit.core.config import Settings, load_settings
+from deepsummit.core.errors import BadInput
 from deepsummit.flows.runner import run_tags
+
+
+def with_study_storage(settings: Settings) -> Settings:
+    """The settings with the study URL of the Prefect Secret block `tune.storage_secret` (when
+    set), read by each flow run of the search itself: a URL with a password never travels as a
+    flow run parameter, where Prefect would keep it for anyone to read."""
+    name = settings.tune.storage_secret
+    if name is None:
+        return settings
+    try:
+        url = Secret.load(name).get()
+    except ValueError:  # what Prefect raises for a block that does not exist
+        raise BadInput(
+            f"tune.storage_secret: no Prefect Secret block named {name!r} on the Prefect server"
+        ) from None
+    tune = settings.tune.model_copy(update={"storage_url": url})
+    return settings.model_copy(update={"tune": tune})
 
 
 @flow(name="summit-trial", log_prints=True)
@@ -26,7 +45,8 @@ def trial(
     overrides: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Train trial `trial_number` of the study named in the settings (tune.study_name,
-    tune.storage_url) and tell the study its validation AUC.
+    tune.storage_url, or the Secret block tune.storage_secret) and tell the study its
+    validation AUC.
 
     Args:
         trial_number: the trial's number in the study (asked for by summit/tune).
@@ -37,7 +57,7 @@ def trial(
     """
     from deepsummit.train.trial import run_trial  # torch and MLflow load only when a trial runs
 
-    settings = load_settings(profile, overrides or {})
+    settings = with_study_storage(load_settings(profile, overrides or {}))
     outcome = run_trial(
         settings, Path(features_dir), trial_number, parent_run_id, run_tags(settings)
     )

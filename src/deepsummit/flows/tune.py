@@ -29,6 +29,7 @@ from deepsummit.core.options import RunOptions
 from deepsummit.flows.runner import run_tags
 from deepsummit.flows.stages import FEATURES, INGEST, WEATHER
 from deepsummit.flows.summit import start_chain
+from deepsummit.flows.trial import with_study_storage
 
 TUNE_ARTIFACT = "deepsummit-tune"
 
@@ -134,14 +135,15 @@ def tune(
         profile: settings profile the trials start from (cpu, base, tiny); blank = the default.
         options: per-run options; for the search n_trials (trials the study should hold when
             done; a rerun only runs the rest), concurrency (trials in flight at once = workers of
-            the pool), study_name, storage_url, search_space; blank = from config.
+            the pool), study_name, storage_url (without a password), storage_secret (the
+            Prefect Secret block holding a URL with one), search_space; blank = from config.
         overrides: any other settings, nested as in deepsummit.toml.
     """
     from deepsummit.train import tuning
 
     merged = (options or RunOptions()).overrides(overrides)
     chain = start_chain(profile, None, merged)
-    settings = chain.settings
+    settings = with_study_storage(chain.settings)
     for stage in (INGEST, WEATHER):
         chain.run_stage(stage)
     snapshot = chain.run_stage(FEATURES).directory  # the snapshot every trial trains on
@@ -189,7 +191,7 @@ def _summary(
 
     return {
         "study": study.study_name,
-        "storage": tuning.redacted(tuning.storage_url(settings.tune)),
+        "storage": tuning.storage_description(settings.tune),
         "best_trial": best.number,
         "best_val_auc": best.value,
         "best_params": best.params,

@@ -25,7 +25,7 @@ import polars as pl
 from deepsummit.core import warehouse
 from deepsummit.core.config import Settings
 from deepsummit.core.context import RunContext
-from deepsummit.core.errors import BadInput, PipelineError
+from deepsummit.core.errors import BadInput, PipelineError, disk_space_for
 from deepsummit.core.sections import IngestConfig, SourcesConfig
 from deepsummit.records import loaders as records
 from deepsummit.records.expectations import (
@@ -136,7 +136,10 @@ def ingest_records(settings: Settings, context: RunContext) -> IngestReport:
     )
     _refuse_blocking_failures(raws, results)
     path = settings.paths.warehouse
-    with warehouse.connect(path, lock_timeout_s=settings.warehouse.lock_timeout_s) as con:
+    with (
+        disk_space_for("the ingested records", path),
+        warehouse.connect(path, lock_timeout_s=settings.warehouse.lock_timeout_s) as con,
+    ):
         counts, stored = _write(con, raws, splits, incoming, settings.ingest)
     # The digest of the tables as stored.
     digests = {table: warehouse.frame_digest(frame) for table, frame in stored.items()}
@@ -220,13 +223,13 @@ def _write(
         warehouse.run(con, "ingest_replace_quarantine")
         counts = _verified_counts(con, raws)
         stored = {table: con.sql(f'SELECT * FROM "{table}"').pl() for table in TABLES}
-        con.commit()
     except BaseException:
         con.rollback()
         raise
     finally:
         for name in ("incoming_raw", "incoming_clean", "incoming_quarantine", "incoming_scope"):
             con.unregister(name)
+    con.commit()  # a commit that fails (a full disk) rolls back by itself
     return counts, stored
 
 

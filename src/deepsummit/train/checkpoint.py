@@ -17,7 +17,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from deepsummit.contracts.tensors import load_tensors
+from deepsummit.contracts.tensors import load_tensors, save_tensors
+from deepsummit.core.errors import disk_space_for
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +78,13 @@ class TrainingState:
             "torch_rng": torch.get_rng_state(),
             "cuda_rng": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
         }
+
+
+def save_checkpoint(path: Path, checkpoint: dict) -> None:
+    """Replace the checkpoint at `path` atomically: on a full disk the previous one is kept and
+    the run stops with one line (DiskFull) instead of torch's writer error."""
+    with disk_space_for("the training checkpoint", path):
+        save_tensors(path, checkpoint)
 
 
 # What torch.load raises on a file cut short or damaged (empty, truncated zip, flipped bytes,

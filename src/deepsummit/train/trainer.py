@@ -32,7 +32,6 @@ from torch import nn
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from deepsummit.contracts.arrays import FeatureArrays
-from deepsummit.contracts.tensors import save_tensors
 from deepsummit.core.errors import PipelineError
 from deepsummit.core.sections import TrainConfig
 from deepsummit.model.config import ModelConfig
@@ -41,7 +40,13 @@ from deepsummit.model.tokenizer import quantile_bin_edges
 from deepsummit.model.transformer import DeepSummitTransformer
 from deepsummit.serve.inference import autocast_for, predict_proba
 from deepsummit.train.batches import batches
-from deepsummit.train.checkpoint import CHECKPOINT_FILE, EpochRecord, TrainingState, resume
+from deepsummit.train.checkpoint import (
+    CHECKPOINT_FILE,
+    EpochRecord,
+    TrainingState,
+    resume,
+    save_checkpoint,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -333,7 +338,7 @@ def train_model(
             (epochs - state.epoch) * (time.perf_counter() - started) / (state.epoch - resumed_from)
         )
         _log_progress(train_config.seed, record, epochs, left)
-        save_tensors(checkpoint, state.checkpoint(*parts.checkpointed(), device))
+        save_checkpoint(checkpoint, state.checkpoint(*parts.checkpointed(), device))
         if on_epoch_end is not None:
             on_epoch_end(record)
     parts.model.load_state_dict(state.best_state)

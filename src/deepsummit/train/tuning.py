@@ -115,8 +115,12 @@ def storage_url(config: TuneConfig) -> str:
     return f"sqlite:///{path}"
 
 
-def redacted(url: str) -> str:
-    return make_url(url).render_as_string(hide_password=True)
+def storage_description(config: TuneConfig) -> str:
+    """Where the study is, for tags and summaries: the Secret block that holds its URL, or the
+    URL with its password masked."""
+    if config.storage_secret:
+        return f"Prefect Secret {config.storage_secret!r}"
+    return make_url(storage_url(config)).render_as_string(hide_password=True)
 
 
 @functools.lru_cache(maxsize=8)
@@ -296,7 +300,7 @@ def open_parent_run(settings: Settings, study: optuna.Study, tags: dict[str, str
         {name: repr(dist) for name, dist in search_space(settings.tune).items()},
         "search_space.json",
     )
-    client.set_tag(run_id, "tune.storage", redacted(storage_url(settings.tune)))
+    client.set_tag(run_id, "tune.storage", storage_description(settings.tune))
     study.set_user_attr(ATTR_PARENT_RUN, run_id)
     return run_id
 
