@@ -17,11 +17,13 @@ from pathlib import Path
 import duckdb
 import pytest
 from features_tables import load_bundle
-from flows_fixtures import write_bundle_slice
+from flows_fixtures import isolated_paths, write_bundle_slice
 from ingest_fixtures import bundle_head, write_sources
+from services_fixtures import deepsummit, free_port
 from synthetic import DIMENSIONS, synthetic_arrays
 from weather_fixtures import weather_batch
 
+from deepsummit.cli.exit_codes import ExitCode
 from deepsummit.core import warehouse
 from deepsummit.core.config import load_settings
 from deepsummit.core.context import RunContext
@@ -104,6 +106,33 @@ def test_an_ingest_on_a_full_disk_says_so_and_keeps_the_warehouse(
     with pytest.raises(DiskFull) as full:
         ingest_records(settings, RunContext(tmp_path / "run2"))
     assert_one_line(full.value, settings.paths.warehouse, "the ingested records")
+    ballast.unlink()
+    assert table_digests(settings.paths.warehouse) == before
+
+
+def test_the_command_line_prints_a_full_disk_as_its_error_line_without_a_traceback(
+    disk: Path, tmp_path: Path
+) -> None:
+    overrides = isolated_paths(tmp_path)
+    overrides["paths"] |= {
+        "data_dir": str(write_bundle_slice(tmp_path / "data")),
+        "warehouse": str(disk / "w.duckdb"),
+    }
+    overrides["services"].update(prefect_port=free_port(), mlflow_port=free_port())
+    settings = load_settings(overrides=overrides)
+    ingest_records(settings, RunContext(tmp_path / "first"))
+    before = table_digests(settings.paths.warehouse)
+
+    ballast = fill(disk)  # the same records again: their new blocks find no room
+    result = deepsummit(overrides, "ingest")
+    assert result.returncode == ExitCode.FAILED, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    # Prefect's own log lines aside (the task's and flow's state), the command's one error line.
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert errors == [
+        f"error: {settings.paths.warehouse}: the disk is full, the ingested records could not be"
+        " written; nothing was changed there, free some space and run again"
+    ], result.stderr[-3000:]
     ballast.unlink()
     assert table_digests(settings.paths.warehouse) == before
 

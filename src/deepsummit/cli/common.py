@@ -21,7 +21,7 @@ from pydantic import ValidationError
 
 from deepsummit.cli.exit_codes import ExitCode, describe, exit_code, label
 from deepsummit.core.config import Settings, load_settings
-from deepsummit.core.errors import PipelineError
+from deepsummit.core.errors import PipelineError, exception_chain
 from deepsummit.core.options import RunOptions
 from deepsummit.core.sections import MlflowConfig, is_url
 from deepsummit.services import health, local
@@ -146,9 +146,11 @@ def command(
             try:
                 command(**given)
             except PipelineError as error:
-                # The failed run's frames hold warehouse connections and query results; freed
-                # now, DuckDB's bindings do not report them as leaked at exit under the line.
-                traceback.clear_frames(error.__traceback__)
+                # The failed run's frames (those of the errors it was raised from too) hold
+                # warehouse connections and query results; freed now, DuckDB's bindings do not
+                # report them as leaked at exit under the line.
+                for link in exception_chain(error):
+                    traceback.clear_frames(link.__traceback__)
                 gc.collect()
                 raise fail(str(error), exit_code(error)) from None
 

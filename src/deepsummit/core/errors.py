@@ -55,19 +55,23 @@ class DiskFull(PipelineError):
     before is kept: free some space and run the command again."""
 
 
-def _out_of_space(error: BaseException) -> bool:
-    """Whether `error`, or an error it was raised from or while handling, is ENOSPC (torch
-    reports a failed write as a RuntimeError raised while handling the OSError)."""
+def exception_chain(error: BaseException) -> Iterator[BaseException]:
+    """`error`, then the error it was raised from or while handling, and so on."""
     seen: set[int] = set()
-    cause: BaseException | None = error
-    while cause is not None and id(cause) not in seen:
-        seen.add(id(cause))
-        if isinstance(cause, OSError) and cause.errno == errno.ENOSPC:
-            return True
-        if _NO_SPACE_MESSAGE in str(cause):
-            return True
-        cause = cause.__cause__ or cause.__context__
-    return False
+    link: BaseException | None = error
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        yield link
+        link = link.__cause__ or link.__context__
+
+
+def _out_of_space(error: BaseException) -> bool:
+    """Whether `error`, or an error of its chain, is ENOSPC (torch reports a failed write as a
+    RuntimeError raised while handling the OSError)."""
+    return any(
+        (isinstance(link, OSError) and link.errno == errno.ENOSPC) or _NO_SPACE_MESSAGE in str(link)
+        for link in exception_chain(error)
+    )
 
 
 @contextmanager
