@@ -114,7 +114,7 @@ def main() -> None:
         "--kill-within",
         type=float,
         nargs=2,
-        default=(0.05, 0.95),
+        default=(0.05, 0.75),
         metavar=("FIRST", "LAST"),
         help="the kill lands this part of a clean run's time after the run starts (uniform)",
     )
@@ -132,37 +132,9 @@ def main() -> None:
     bundle = _bundle(args.bundle, args.peaks, workdir / "data")
     settings, overrides = _isolated_settings(workdir / "soak", bundle)
     _use_only(overrides)
-    rng = random.Random(args.seed)
-    nights: list[Night] = []
-    checks: list[Check] = []
+    print(f"workdir {workdir}, bundle {bundle}, seed {args.seed}", flush=True)
     try:
-        print(f"workdir {workdir}, bundle {bundle}, seed {args.seed}", flush=True)
-        services.up(settings, STARTUP_TIMEOUT_S)
-        os.environ.update(services.prefect_env(settings))  # the secret `up` generated
-        api = services.prefect_api(settings)
-        deployment = api.get("/deployments/name/summit/train")["id"]
-        print(f"services up: {time.monotonic() - started:.0f} s", flush=True)
-        # A clean first run: the champion the nights start from, and how long a run works,
-        # so that every kill lands inside a run whatever the bundle's size.
-        warmup = _clean_run(settings, api, deployment, args)
-        nights.append(warmup)
-        print(_row(warmup), flush=True)
-        for number in range(1, args.nights + 1):
-            _drop_cache(settings, args.keep_cache)
-            share = rng.uniform(*args.kill_within)
-            night = Night(number, rng.choice(TARGETS), share * warmup.seconds)
-            _night(settings, api, deployment, night, args.outage, args.night_timeout)
-            nights.append(night)
-            print(_row(night), flush=True)
-        final = _clean_run(settings, api, deployment, args)
-        final.number = args.nights + 1
-        nights.append(final)
-        print(_row(final), flush=True)
-        for run, when in ((warmup, "before"), (final, "after")):
-            checks.append(
-                Check(f"clean run {when} the nights", run.state == "COMPLETED", run.state)
-            )
-        checks += _champion_checks(settings)
+        nights, checks = _soak(settings, args, started)
     finally:
         services.down(settings)
     checks += _warehouse_checks(settings, workdir / "reference", bundle)
@@ -170,6 +142,42 @@ def main() -> None:
     if not args.keep:
         shutil.rmtree(workdir, ignore_errors=True)
     sys.exit(0 if all(check.passed for check in checks) else 1)
+
+
+def _soak(
+    settings: Settings, args: argparse.Namespace, started: float
+) -> tuple[list[Night], list[Check]]:
+    """`up`, a clean run, the nights, a clean run; the runs and the checks of the services."""
+    rng = random.Random(args.seed)
+    nights: list[Night] = []
+    checks: list[Check] = []
+    services.up(settings, STARTUP_TIMEOUT_S)
+    os.environ.update(services.prefect_env(settings))  # the secret `up` generated
+    api = services.prefect_api(settings)
+    deployment = api.get("/deployments/name/summit/train")["id"]
+    print(f"services up: {time.monotonic() - started:.0f} s", flush=True)
+    # A clean first run: the champion the nights start from, and how long a run works,
+    # so that every kill lands inside a run whatever the bundle's size.
+    warmup = _clean_run(settings, api, deployment, args)
+    nights.append(warmup)
+    print(_row(warmup), flush=True)
+    for number in range(1, args.nights + 1):
+        _drop_cache(settings, args.keep_cache)
+        share = rng.uniform(*args.kill_within)
+        night = Night(number, rng.choice(TARGETS), share * warmup.seconds)
+        _night(settings, api, deployment, night, args.outage, args.night_timeout)
+        nights.append(night)
+        print(_row(night), flush=True)
+    final = _clean_run(settings, api, deployment, args)
+    final.number = args.nights + 1
+    nights.append(final)
+    print(_row(final), flush=True)
+    for run, when in ((warmup, "before"), (final, "after")):
+        checks.append(Check(f"clean run {when} the nights", run.state == "COMPLETED", run.state))
+    stuck = [str(night.number) for night in nights if night.state not in FINAL_STATES]
+    checks.append(Check("every run reached a final state", not stuck, f"stuck: {stuck or '-'}"))
+    checks += _champion_checks(settings)
+    return nights, checks
 
 
 # ---------------------------------------------------------------- the stack
@@ -232,8 +240,8 @@ def _night(
     outage_s: float,
     timeout_s: float,
 ) -> None:
-    """One nightly run: the kill `night` drew (none for "nothing"), `up` after the outage, the
-    run's final state and the seconds from its start to its end."""
+    """One nightly run: the kill `night` drew (none for a clean run), `up` after the outage,
+    the run's final state and the seconds from its start to its end."""
     flow_run = _trigger(api, deployment)
     running = _wait_for(
         lambda: _state(api, flow_run) not in ("SCHEDULED", "PENDING", None), timeout_s
@@ -243,12 +251,13 @@ def _night(
         night.killed = "nothing: the run never started"
     elif night.target == NO_KILL:
         night.killed = NO_KILL
-    elif not _wait_for(lambda: _state(api, flow_run) in FINAL_STATES, night.delay_s):
+    else:
+        finished = _wait_for(lambda: _state(api, flow_run) in FINAL_STATES, night.delay_s)
+        # A service killed after the run finished is still a fault the next night meets.
         night.killed = _kill(settings, night.target, flow_run)
+        night.killed += " after the run finished" if finished else ""
         time.sleep(outage_s)
         night.restored = _restore(settings)
-    else:
-        night.killed = "nothing: the run had finished"
     state = _wait_final(api, flow_run, timeout_s)
     night.seconds = time.monotonic() - started
     if state not in FINAL_STATES:
@@ -323,12 +332,16 @@ def _flow_run_process(flow_run: str) -> int | None:
 
 
 def _restore(settings: Settings) -> str:
-    """`deepsummit up`: start what is not running; what it did beyond "already running"."""
+    """`deepsummit up`: start what is not running; what it did to the services."""
     try:
         lines = services.up(settings, STARTUP_TIMEOUT_S)
     except ServiceUnavailable as error:
         return f"up failed: {error}"
-    done = [line for line in lines if "already running" not in line and "alerts" not in line]
+    done = [
+        line
+        for line in lines
+        if line.startswith(services.SERVICE_NAMES) and not line.endswith("already running")
+    ]
     return "; ".join(done) or "nothing to restart"
 
 
@@ -431,8 +444,9 @@ def _table_counts(warehouse: Path) -> dict[str, int]:
 
 def _row(night: Night) -> str:
     restored = f"; up: {night.restored}" if night.restored else ""
+    kill_at = "-" if night.target == NO_KILL else f"{night.delay_s:.0f} s"
     return (
-        f"{night.number:>5}  {night.delay_s:>6.0f} s  {night.killed + restored:<70}  "
+        f"{night.number:>5}  {kill_at:>8}  {night.killed + restored:<70}  "
         f"{night.state:<12} {night.seconds:>6.0f} s"
     )
 
