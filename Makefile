@@ -11,7 +11,7 @@ NPM := /usr/bin/npm
 DOCS_ASSETS := deployments/data-docs-assets
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 
-.PHONY: setup test lint train up down status bench screenshots cli-docs clean
+.PHONY: setup test lint train up down status bench soak screenshots cli-docs clean
 
 setup: $(STAMP)
 
@@ -70,8 +70,12 @@ screenshots: $(STAMP) $(CHROMEDRIVER)
 cli-docs: $(STAMP)
 	$(BIN)/python -m deepsummit.cli.reference
 
+# The soak (10 nightly runs with a kill in each, about half an hour) has a target of its own.
 bench: $(STAMP)
-	for script in bench/[!_]*.py; do $(BIN)/python $$script || exit 1; done
+	for script in $(filter-out bench/soak.py,$(wildcard bench/[!_]*.py)); do $(BIN)/python $$script || exit 1; done
+
+soak: $(STAMP)
+	$(BIN)/python bench/soak.py
 
 clean:
 	rm -rf var
