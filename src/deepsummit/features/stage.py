@@ -2,20 +2,21 @@
 validated, and written as a content-addressed snapshot of model arrays.
 
 `build_features` leaves `attempt_candidates`, `attempts`, `attempt_exclusions`,
-`weather_windows`, the history tables and `features` in the warehouse and writes
-`settings.features.features_dir/<snapshot digest>/`: features.parquet (the features table, every
-declared input), train/validation/test.npz (`FeatureArrays` of the configured input set),
-preprocessing.json (the `Preprocessor` fitted on the train rows, with the split, weather source
-and digests), history/<table>.parquet (what a registered model freezes so that serving
-computes features as training did) and planned_test.parquet (the test split as the registered
-model is asked for it). `load_features` reads it back.
+`weather_windows`, the history tables and `features` in the warehouse (all of one build: one
+transaction writes them) and writes `settings.features.features_dir/<snapshot digest>/` (a link
+to the newest generation of that snapshot: deepsummit/features/generations.py):
+features.parquet (the features table, every declared input), train/validation/test.npz
+(`FeatureArrays` of the configured input set), preprocessing.json (the `Preprocessor` fitted on
+the train rows, with the split, weather source and digests), history/<table>.parquet (what a
+registered model freezes so that serving computes features as training did) and
+planned_test.parquet (the test split as the registered model is asked for it). `load_features`
+reads it back.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,6 +41,7 @@ from deepsummit.features.attempts import (
     exclusion_counts,
     newest_dated_year,
 )
+from deepsummit.features.generations import publish
 from deepsummit.features.planned import planned_attempts
 from deepsummit.features.tabular import attempt_features, build_history, history_frames
 from deepsummit.features.validation import validate_features
@@ -111,6 +113,11 @@ def build_features(settings: Settings, context: RunContext) -> FeaturesReport:
     config = settings.features
     source = settings.weather.source
     with connect(settings.paths.warehouse) as con:
+        # One transaction: this build's tables replace the previous build's all together at the
+        # commit, once they pass their checks. A build killed or failed before it leaves the
+        # previous ones whole (DuckDB rolls back what was not committed, at close or at the next
+        # open), never a new `attempts` table beside an old `features` table.
+        con.begin()
         build_history(con)
         split = config.split.years(newest_dated_year(con))
         windows = build_attempts(con, config, source, split.test_until)
@@ -130,8 +137,9 @@ def build_features(settings: Settings, context: RunContext) -> FeaturesReport:
         history = history_frames(con)
         test_keys = features.filter(pl.col("split") == "test")
         planned_test = planned_attempts(con, test_keys, source)
-    _check_counts(records, features.height, excluded)
-    validate_features(features, context.run_dir)
+        _check_counts(records, features.height, excluded)
+        validate_features(features, context.run_dir)
+        con.commit()
 
     digest = frame_digest(features)
     snapshot_digest = _snapshot_digest(digest, windows, history, config)
@@ -212,18 +220,19 @@ def _write_folder(
     history: dict[str, pl.DataFrame],
     planned_test: pl.DataFrame,
 ) -> None:
-    """Write the folder next to its final place, then move it there: a reader never sees a
-    half-written folder, and a rebuild of the same digest replaces it whole."""
-    staging = directory.with_name(directory.name + ".partial")
-    shutil.rmtree(staging, ignore_errors=True)
-    (staging / HISTORY_DIR).mkdir(parents=True)
-    features.write_parquet(staging / SNAPSHOT_FILE)
-    windows.write_parquet(staging / WINDOWS_FILE)
-    preprocessor.save(staging / PREPROCESSING_FILE)
-    for name, frame in by_split.items():
-        preprocessor.transform(frame, windows).save(staging / f"{name}.npz")
-    for name, frame in history.items():
-        frame.write_parquet(staging / HISTORY_DIR / f"{name}.parquet")
-    planned_test.write_parquet(staging / PLANNED_TEST_FILE)
-    shutil.rmtree(directory, ignore_errors=True)
-    staging.rename(directory)
+    """Write the snapshot as a new generation and turn `directory` to it (deepsummit/features/
+    generations.py): a reader of `directory` finds the previous snapshot or this one, whole,
+    and a rebuild of the same digest replaces it whole."""
+
+    def write(folder: Path) -> None:
+        (folder / HISTORY_DIR).mkdir()
+        features.write_parquet(folder / SNAPSHOT_FILE)
+        windows.write_parquet(folder / WINDOWS_FILE)
+        preprocessor.save(folder / PREPROCESSING_FILE)
+        for name, frame in by_split.items():
+            preprocessor.transform(frame, windows).save(folder / f"{name}.npz")
+        for name, frame in history.items():
+            frame.write_parquet(folder / HISTORY_DIR / f"{name}.parquet")
+        planned_test.write_parquet(folder / PLANNED_TEST_FILE)
+
+    publish(directory, write)

@@ -1,0 +1,161 @@
+"""A features build killed at any statement leaves the warehouse's features tables of one build,
+all of the previous one or all of the new one, and the next build completes."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import features_tables
+from features_tables import settings_for
+
+import deepsummit
+from deepsummit.contracts.snapshot import PREPROCESSING_FILE, SPLITS, load_features
+from deepsummit.core.context import RunContext
+from deepsummit.core.warehouse import frame_digest
+from deepsummit.features.stage import build_features
+from deepsummit.features.tabular import HISTORY_TABLES
+
+pytest_plugins = ["features_fixtures"]
+
+BUILD_TABLES = (
+    "attempt_candidates",
+    "weather_windows",
+    "attempts",
+    "attempt_exclusions",
+    *HISTORY_TABLES,
+    "features",
+)
+
+# The features stage in a process that SIGKILLs itself before the build's statement number
+# argv[3] (each statement of a multi-statement file counts, and the commit), through a wrapper
+# of the stage's warehouse connection. Past the last statement it builds to the end.
+KILLED_BUILD = """
+import os, signal, sys
+from contextlib import contextmanager
+from pathlib import Path
+
+import duckdb
+from features_tables import settings_for
+
+from deepsummit.core.context import RunContext
+from deepsummit.features import stage
+
+tmp, warehouse, kill_at = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
+
+
+class KilledAtStatement:
+    def __init__(self, con):
+        self._con = con
+        self._statements = 0
+
+    def __getattr__(self, name):
+        return getattr(self._con, name)
+
+    def _next(self):
+        self._statements += 1
+        if self._statements == kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def execute(self, text, params=None):
+        for statement in duckdb.extract_statements(text):
+            self._next()
+            self._con.execute(statement, {k: params[k] for k in statement.named_parameters})
+        return self
+
+    def sql(self, text, params=None):
+        self._next()
+        return self._con.sql(text, params=params)
+
+    def commit(self):
+        self._next()
+        return self._con.commit()
+
+
+connect = stage.connect
+
+
+@contextmanager
+def killing_connect(*args, **kwargs):
+    with connect(*args, **kwargs) as con:
+        yield KilledAtStatement(con)
+
+
+stage.connect = killing_connect
+stage.build_features(settings_for(tmp, warehouse), RunContext(tmp / "run"))
+"""
+
+# Two peaks of the bundle: a build of a few seconds, every kind of record and exclusion kept.
+TWO_PEAKS = """
+DELETE FROM expeditions WHERE peakid NOT IN ('LHOT', 'MAKA');
+DELETE FROM members WHERE peakid NOT IN ('LHOT', 'MAKA');
+DELETE FROM expedition_details WHERE peakid NOT IN ('LHOT', 'MAKA');
+DELETE FROM weather_daily WHERE peakid NOT IN ('LHOT', 'MAKA');
+DELETE FROM peaks WHERE peakid NOT IN ('LHOT', 'MAKA');
+"""
+
+# The next build's records: every table of the build changes (routes and outcomes of the recent
+# years, a push day a day later, dates lost, climber ids, agencies, peak heights).
+CHANGE_RECORDS = """
+UPDATE expeditions SET route1 = 'Atlantis', smtmembers = totmembers - smtmembers
+WHERE year > 2020;
+UPDATE expeditions SET smtdate = smtdate + 1 WHERE year = 2019;
+UPDATE expeditions SET smtdate = NULL WHERE year = 2018 AND season = 'Autumn';
+UPDATE members SET climber_id = member_id WHERE year BETWEEN 2015 AND 2017;
+UPDATE expedition_details SET trekking_agency = 'Atlantis Treks' WHERE year = 2015;
+UPDATE peaks SET heightm = heightm - 1;
+"""
+
+
+def table_digests(warehouse: Path) -> dict[str, str]:
+    with duckdb.connect(str(warehouse), read_only=True) as con:
+        return {name: frame_digest(con.table(name).pl()) for name in BUILD_TABLES}
+
+
+def build_killed_at(statement: int, tmp_path: Path, warehouse: Path) -> int:
+    """The exit status of a build process killed before its statement number `statement`."""
+    search_path = [Path(features_tables.__file__).parent, Path(deepsummit.__file__).parents[1]]
+    environment = os.environ | {"PYTHONPATH": os.pathsep.join(map(str, search_path))}
+    command = [sys.executable, "-c", KILLED_BUILD, str(tmp_path), str(warehouse), str(statement)]
+    finished = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=300)
+    assert finished.returncode in (0, -signal.SIGKILL), finished.stderr
+    return finished.returncode
+
+
+def test_a_build_killed_at_any_statement_leaves_one_generation(
+    bundle_copy: Path, tmp_path: Path
+) -> None:
+    with duckdb.connect(str(bundle_copy)) as con:
+        con.execute(TWO_PEAKS)
+    settings = settings_for(tmp_path, bundle_copy)
+    previous = build_features(settings, RunContext(tmp_path / "run"))
+    old = table_digests(bundle_copy)
+    with duckdb.connect(str(bundle_copy)) as con:
+        con.execute(CHANGE_RECORDS)
+
+    after_kill: dict[int, dict[str, str]] = {}
+    for statement in itertools.count(1):
+        if build_killed_at(statement, tmp_path, bundle_copy) == 0:
+            break  # past the last statement: this build ran to its end
+        after_kill[statement] = table_digests(bundle_copy)
+        arrays, _ = load_features(previous.directory)  # the previous snapshot is still whole
+        assert set(arrays) == set(SPLITS)
+    new = table_digests(bundle_copy)
+
+    assert [name for name in BUILD_TABLES if old[name] == new[name]] == []
+    mixed = {
+        statement: [name for name in BUILD_TABLES if digests[name] != old[name]]
+        for statement, digests in after_kill.items()
+        if digests not in (old, new)
+    }
+    assert mixed == {}, (
+        "killed before statement k, these tables were no longer the previous build's"
+    )
+    assert len(after_kill) >= 20  # each of the build's statements (20 today) was a kill point
+    rebuilt = sorted(p for p in (tmp_path / "features").glob(f"*/{PREPROCESSING_FILE}"))
+    assert len(rebuilt) == 2  # the previous snapshot and the completed build's
