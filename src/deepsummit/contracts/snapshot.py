@@ -1,5 +1,7 @@
 """A features snapshot: the folder the features stage writes and the train, drift and backtest
-stages read, one per content digest (`<features_dir>/<digest[:12]>/`).
+stages read, one per content digest (`<features_dir>/<digest[:12]>/`: a link to the generation of
+that snapshot written last, so that a rebuild replaces it whole, in one rename:
+deepsummit/features/generations.py).
 
     features.parquet          the features table: every attempt, every declared input, its split
     windows.parquet           the weather windows of those attempts (26 tokens per peak and date)
@@ -36,7 +38,8 @@ def load_history(directory: Path) -> dict[str, pl.DataFrame]:
 
 
 def newest_features_dir(root: Path) -> Path:
-    """The most recently written features folder under `root` (staging folders excluded)."""
+    """The most recently written features folder under `root` (staging folders excluded: a
+    version before generations wrote `<digest[:12]>.partial` first)."""
     folders = [
         p.parent
         for p in root.glob(f"*/{PREPROCESSING_FILE}")

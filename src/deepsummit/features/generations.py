@@ -8,9 +8,10 @@ A reader that opens `<digest[:12]>/<file>` always reaches a whole generation, th
 new one, never none and never half of one: a link is replaced by `rename(2)`, which is atomic,
 and a generation is complete before any link names it. Generations no link names (the one a
 rebuild replaced, what a killed build left) are removed by the next publication, not by the one
-that replaced them: a reader that resolved the link just before the swap still finds its files.
+that replaced them: a reader half-way through opening a file as the link turns still finds it.
 Publications of one `features_dir` take turns (an advisory lock, released by the kernel when
-its holder dies), so one never removes a generation another is still writing.
+its holder dies), so one never removes a generation another is still writing. A generation's
+files reach the disk before a link names it, so a power cut cannot leave a link to empty files.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ def publish(directory: Path, write: Callable[[Path], None]) -> None:
         generation = generations / f"{directory.name}.{uuid.uuid4().hex[:12]}"
         generation.mkdir()
         write(generation)
+        _sync(generation)
         link = generations / f"{generation.name}.link"
         link.symlink_to(Path(GENERATIONS_DIR) / generation.name)  # relative: the root may move
         if directory.is_dir() and not directory.is_symlink():
@@ -44,6 +46,7 @@ def publish(directory: Path, write: Callable[[Path], None]) -> None:
             # at the first rebuild after the upgrade), then removed by the next publication.
             directory.rename(generations / f"{directory.name}.{uuid.uuid4().hex[:12]}")
         os.replace(link, directory)
+        _sync_entry(root)  # the link's new target, on disk too
 
 
 @contextmanager
@@ -61,3 +64,18 @@ def _remove_unnamed_generations(root: Path) -> None:
             entry.unlink()
         elif str(Path(GENERATIONS_DIR) / entry.name) not in named:
             shutil.rmtree(entry)
+
+
+def _sync(folder: Path) -> None:
+    """Every file and folder under `folder`, and `folder` itself, to the disk."""
+    for entry in folder.rglob("*"):
+        _sync_entry(entry)
+    _sync_entry(folder)
+
+
+def _sync_entry(path: Path) -> None:
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
