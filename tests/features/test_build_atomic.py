@@ -1,5 +1,6 @@
-"""A features build killed at any statement leaves the warehouse's features tables of one build,
-all of the previous one or all of the new one, and the next build completes."""
+"""A features build killed at any statement, or stopped by its checks, leaves the warehouse's
+features tables of one build, all of the previous one or all of the new one; the next build
+completes."""
 
 from __future__ import annotations
 
@@ -12,11 +13,13 @@ from pathlib import Path
 
 import duckdb
 import features_tables
+import pytest
 from features_tables import settings_for
 
 import deepsummit
 from deepsummit.contracts.snapshot import PREPROCESSING_FILE, SPLITS, load_features
 from deepsummit.core.context import RunContext
+from deepsummit.core.errors import PipelineError
 from deepsummit.core.warehouse import frame_digest
 from deepsummit.features.stage import build_features
 from deepsummit.features.tabular import HISTORY_TABLES
@@ -44,6 +47,7 @@ import duckdb
 from features_tables import settings_for
 
 from deepsummit.core.context import RunContext
+from deepsummit.core.errors import PipelineError
 from deepsummit.features import stage
 
 tmp, warehouse, kill_at = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
@@ -148,3 +152,16 @@ def test_a_build_killed_at_any_statement_leaves_one_generation(
     assert len(after_kill) >= 20  # each of the build's statements (20 today) was a kill point
     rebuilt = sorted(p for p in (tmp_path / "features").glob(f"*/{PREPROCESSING_FILE}"))
     assert len(rebuilt) == 2  # the previous snapshot and the completed build's
+
+
+def test_a_build_its_checks_stop_leaves_the_previous_tables(
+    two_peaks: Path, tmp_path: Path
+) -> None:
+    settings = settings_for(tmp_path, two_peaks)
+    build_features(settings, RunContext(tmp_path / "run"))
+    old = table_digests(two_peaks)
+    with duckdb.connect(str(two_peaks)) as con:
+        con.execute("UPDATE peaks SET heightm = 9999 WHERE peakid = 'LHOT'")  # out of range
+    with pytest.raises(PipelineError, match=r"schema.*heightm"):
+        build_features(settings, RunContext(tmp_path / "run"))
+    assert table_digests(two_peaks) == old
