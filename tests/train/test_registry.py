@@ -9,6 +9,7 @@ from pathlib import Path
 
 import mlflow
 import numpy as np
+import pandas as pd
 import polars as pl
 import pytest
 import torch
@@ -37,6 +38,8 @@ from deepsummit.train.registry import (
     MEMBER_PREDICTIONS_ARTIFACT,
     PREDICTIONS_ARTIFACT,
     Candidate,
+    Registered,
+    TrainedModel,
     decide,
     gate,
     log_and_register,
@@ -52,9 +55,13 @@ def champion_version(settings) -> str:
     return str(client.get_model_version_by_alias(name, alias).version)
 
 
+# A version only `decide` sees (the gate would load it first): nothing trained to check it with.
+DECIDED_ONLY = Registered("99", TrainedModel("", pd.DataFrame(), np.empty(0)))
+
+
 def candidate_of(
     registry: TrainedRegistry,
-    version: str,
+    registered: Registered,
     probability: np.ndarray,
     member_probability: np.ndarray | None = None,
 ) -> Candidate:
@@ -70,13 +77,14 @@ def candidate_of(
     if member_probability is not None:
         members = members.with_columns(probability=pl.Series(member_probability))
     return Candidate(
-        version=version,
+        version=registered.version,
         test_digest=registry.report.test_digest,
         weather_source=registry.report.weather_source,
         inputs_known_by=Known.AT_PUSH,
         predictions=predictions,
         member_predictions=members,
         trained_through=registry.report.trained_through,
+        trained=registered.trained,
     )
 
 
@@ -95,7 +103,7 @@ def champion_predictions(registry: TrainedRegistry) -> np.ndarray:
     return champion_answers(registry, PREDICTIONS_ARTIFACT)["probability"].to_numpy()
 
 
-def register_constant(registry: TrainedRegistry, settings, tmp_path: Path) -> str:
+def register_constant(registry: TrainedRegistry, settings, tmp_path: Path) -> Registered:
     """Register the champion's artifact with every network's classifier zeroed: it says the
     same probability for everyone (test AUC 0.5)."""
     artifact = ModelArtifact.load(registry.model_dir)
@@ -108,8 +116,7 @@ def register_constant(registry: TrainedRegistry, settings, tmp_path: Path) -> st
     mlflow.set_tracking_uri(settings.mlflow.tracking_uri)
     mlflow.set_experiment(settings.mlflow.experiment)
     with mlflow.start_run():
-        version = log_and_register(settings.mlflow, directory, example.to_pandas(), artifact)
-    return str(version.version)
+        return log_and_register(settings.mlflow, directory, example.to_pandas(), artifact)
 
 
 def test_a_training_run_logs_params_metrics_intervals_dataset_plots_and_a_first_champion(
@@ -266,7 +273,10 @@ def test_the_gate_refuses_a_challenger_whose_advantage_is_within_noise(
     champion = champion_predictions(trained_registry)
     # Retrained on unchanged data: the same predictions never move the alias.
     same = decide(
-        client, settings.mlflow, settings.backtest, candidate_of(trained_registry, "99", champion)
+        client,
+        settings.mlflow,
+        settings.backtest,
+        candidate_of(trained_registry, DECIDED_ONLY, champion),
     )
     assert not same.promoted
     assert (same.difference.estimate, same.difference.low, same.difference.high) == (0, 0, 0)
@@ -275,7 +285,10 @@ def test_the_gate_refuses_a_challenger_whose_advantage_is_within_noise(
     rng = np.random.default_rng(0)
     noisy = np.clip(champion + rng.normal(0, 0.05 * champion.std(), champion.size), 0, 1)
     decision = decide(
-        client, settings.mlflow, settings.backtest, candidate_of(trained_registry, "99", noisy)
+        client,
+        settings.mlflow,
+        settings.backtest,
+        candidate_of(trained_registry, DECIDED_ONLY, noisy),
     )
     assert decision.difference.low < 0 < decision.difference.high
     assert not decision.promoted
@@ -304,16 +317,16 @@ def test_a_worse_model_stays_a_challenger_and_a_better_one_becomes_champion(
         client, settings.mlflow, settings.backtest, candidate_of(trained_registry, better, ranked)
     )
     assert decision.promoted and decision.difference.low > 0
-    assert champion_version(settings) == better
-    tags = client.get_model_version(settings.mlflow.registered_model, better).tags
+    assert champion_version(settings) == better.version
+    tags = client.get_model_version(settings.mlflow.registered_model, better.version).tags
     assert float(tags["auc_difference_ci_low"]) == pytest.approx(decision.difference.low)
-    assert tags["compared_with"] == constant
+    assert tags["compared_with"] == constant.version
 
     worse = gate(
         client, settings.mlflow, settings.backtest, candidate_of(trained_registry, constant, flat)
     )
     assert not worse.promoted and worse.difference.high < 0
-    assert champion_version(settings) == better
+    assert champion_version(settings) == better.version
 
 
 def test_a_challenger_worse_by_member_group_beyond_noise_is_refused(
@@ -340,8 +353,8 @@ def test_a_challenger_worse_by_member_group_beyond_noise_is_refused(
     )
     assert decision.difference.low > 0 and decision.group_difference.low > 0
     assert not decision.promoted and "worse calibrated by member group" in decision.reason
-    assert champion_version(settings) == first
-    tags = client.get_model_version(settings.mlflow.registered_model, challenger).tags
+    assert champion_version(settings) == first.version
+    tags = client.get_model_version(settings.mlflow.registered_model, challenger.version).tags
     assert float(tags["group_error_difference_ci_low"]) == pytest.approx(
         decision.group_difference.low
     )
@@ -356,7 +369,7 @@ def test_a_changed_test_split_compares_the_rows_both_held_out(
     client = MlflowClient(settings.mlflow.tracking_uri)
     champion = champion_predictions(trained_registry)
     moved = dataclasses.replace(
-        candidate_of(trained_registry, "99", champion), test_digest="another split"
+        candidate_of(trained_registry, DECIDED_ONLY, champion), test_digest="another split"
     )
     newest = moved.predictions.filter(pl.col("year") >= 2024)  # the older season is gone
     decision = decide(
@@ -381,13 +394,15 @@ def test_a_champion_never_refit_on_its_newest_seasons_is_replaced(
     old = register_constant(trained_registry, settings, tmp_path)
     flat = np.full(len(champion_predictions(trained_registry)), 0.5)
     gate(client, settings.mlflow, settings.backtest, candidate_of(trained_registry, old, flat))
-    client.delete_model_version_tag(settings.mlflow.registered_model, old, TAG_TRAINED_THROUGH)
+    client.delete_model_version_tag(
+        settings.mlflow.registered_model, old.version, TAG_TRAINED_THROUGH
+    )
     new = register_constant(trained_registry, settings, tmp_path / "new")
     decision = gate(
         client, settings.mlflow, settings.backtest, candidate_of(trained_registry, new, flat)
     )
     assert decision.promoted and "never refit on its newest seasons" in decision.reason
-    assert champion_version(settings) == new
+    assert champion_version(settings) == new.version
 
 
 def test_inputs_known_after_the_climb_never_make_a_champion(
@@ -396,7 +411,7 @@ def test_inputs_known_after_the_climb_never_make_a_champion(
     settings = trained_registry.settings
     client = MlflowClient(settings.mlflow.tracking_uri)
     candidate = dataclasses.replace(
-        candidate_of(trained_registry, "99", champion_predictions(trained_registry)),
+        candidate_of(trained_registry, DECIDED_ONLY, champion_predictions(trained_registry)),
         inputs_known_by=Known.AFTER_CLIMB,
     )
     decision = decide(client, settings.mlflow, settings.backtest, candidate)
@@ -408,7 +423,7 @@ def test_a_champion_on_another_weather_source_is_not_compared(
 ) -> None:
     settings = trained_registry.settings
     candidate = dataclasses.replace(
-        candidate_of(trained_registry, "99", champion_predictions(trained_registry)),
+        candidate_of(trained_registry, DECIDED_ONLY, champion_predictions(trained_registry)),
         weather_source="open-meteo",
     )
     decision = decide(
@@ -422,7 +437,7 @@ def test_a_version_whose_files_changed_is_never_loaded(
     trained_registry: TrainedRegistry, tmp_path: Path
 ) -> None:
     settings = registry_settings(tmp_path / "store", trained_registry.settings)
-    version = register_constant(trained_registry, settings, tmp_path)
+    version = register_constant(trained_registry, settings, tmp_path).version
     load_verified(settings.mlflow.tracking_uri, "deepsummit", version)  # untouched: loads
     stored = next((tmp_path / "store" / "artifacts").rglob("calibration.json"))
     stored.write_text(stored.read_text().replace('"method"', '"method" ', 1))

@@ -39,6 +39,9 @@ TAG_WEATHER_SOURCE = "weather_source"
 TAG_KNOWN_BY = "inputs_known_by"
 TAG_TRAINED_THROUGH = "trained_through"  # the newest season the registered model learnt from
 TAG_FILES_DIGEST = "model_files_sha256"
+# On a version from its creation until its files' digest is recorded, and for good when its
+# stored files are not the ones trained (its value says why): never champion, never loaded.
+TAG_UNVERIFIED = "deepsummit.unverified"
 TAG_DECISION = "champion_decision"
 TAG_REASON = "champion_reason"
 
@@ -184,12 +187,18 @@ def champion_file(config: MlflowConfig, relative: str) -> tuple[str, Path] | Non
 def verified_copy(
     tracking_uri: str, version: RegisteredVersion, cache_dir: Path | None = None
 ) -> Path:
-    """A local folder holding `version`'s files, checked against the digest registered with it.
+    """A local folder holding `version`'s files, checked against the digest registered with it
+    (a version marked unverified is refused at once).
 
     With `cache_dir`, the copy kept there by an earlier call is used while its files still have
     that digest (it is checked on every use, so a copy changed on disk is never used: it is
     downloaded again); without, a fresh download into a temporary folder.
     """
+    if TAG_UNVERIFIED in version.tags:
+        raise ModelFilesChanged(
+            f"{version.name} v{version.version} is marked {TAG_UNVERIFIED} "
+            f"({version.tags[TAG_UNVERIFIED]}): not loaded"
+        )
     expected = version.tags.get(TAG_FILES_DIGEST)
     if cache_dir is None:
         folder = Path(tempfile.mkdtemp(prefix=f"{version.name}-v{version.version}-"))

@@ -18,17 +18,28 @@ climb (or does not say), or one that was never refit on its newest seasons (it r
 never moves the alias. A champion trained on another weather source, or whose held-out rows
 share too few with this run's, is not compared: no automatic decision then. Every decision, the
 differences and their intervals are written on the new version (tags and description).
+
+Before any comparison the gate loads the new version from the registry, as `predict` and
+`mlflow models serve` do: its files must have the digest registered with them and the digest of
+the files trained, and it must answer a few test rows as the trained model did. A version is
+created marked `deepsummit.unverified` and the mark is lifted only once the digest of its stored
+files is recorded and found to be the trained files': a registration cut short (MLflow gone
+after the version was created) or files that changed on the way leave the mark, and a marked
+version never becomes champion and is never loaded. Registration and the gate wait out a short
+MLflow outage as the training loop does (deepsummit/train/tracking.py).
 """
 
 from __future__ import annotations
 
 import importlib.metadata
 import logging
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import mlflow
+import numpy as np
 import pandas as pd
 import polars as pl
 from mlflow import MlflowClient
@@ -36,23 +47,31 @@ from mlflow.entities.model_registry import ModelVersion
 
 from deepsummit.contracts.artifact import ARTIFACT_NAME, ModelArtifact, files_digest
 from deepsummit.contracts.champion import (
+    ARTIFACT_PATH,
     TAG_DECISION,
     TAG_FILES_DIGEST,
     TAG_KNOWN_BY,
     TAG_REASON,
     TAG_TEST_DIGEST,
     TAG_TRAINED_THROUGH,
+    TAG_UNVERIFIED,
     TAG_WEATHER_SOURCE,
+    ModelFilesChanged,
+    RegisteredVersion,
     current_champion,
+    registry_reachable,
+    verified_copy,
 )
 from deepsummit.core.errors import PipelineError
 from deepsummit.core.inputs import Known
 from deepsummit.core.planned import KEY_COLUMNS
 from deepsummit.core.sections import BacktestConfig, MlflowConfig
 from deepsummit.serve.pyfunc import MODEL_CODE_FILE, signature
+from deepsummit.serve.scoring import answers
 from deepsummit.train.bootstrap import Interval, paired_auc_difference, replicate_weights
 from deepsummit.train.comparison import difference_name
 from deepsummit.train.member_groups import ALL_PEAKS, group_calibration
+from deepsummit.train.tracking import when_tracking_answers
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +79,34 @@ PREDICTIONS_ARTIFACT = "evaluation/test_predictions.parquet"
 MEMBER_PREDICTIONS_ARTIFACT = "evaluation/member_predictions.parquet"
 # Fewer shared held-out rows than this, or one outcome only among them: not compared.
 MIN_COMPARED_ROWS = 200
+# How far a version loaded from the registry may answer from the trained model: the same
+# weights and code on the same rows, so only the last bits of float32 arithmetic.
+ANSWER_TOLERANCE = 1e-6
+# The mark a version carries from its creation until its stored files are found to be the ones
+# trained.
+DIGEST_PENDING = "its files' digest is not recorded yet"
+
+
+@dataclass(frozen=True)
+class TrainedModel:
+    """The model as trained, which its registered version must prove to be: the digest of its
+    files and its answers to a few test rows asked as a user asks (its input example)."""
+
+    files_digest: str
+    request: pd.DataFrame
+    probabilities: np.ndarray
+
+    @classmethod
+    def of(cls, artifact: ModelArtifact, directory: Path, request: pd.DataFrame) -> TrainedModel:
+        """`artifact` as trained (its networks in memory) and `directory`, the files saved."""
+        answered = answers(artifact, request)["probability"].to_numpy(dtype=float)
+        return cls(files_digest(directory), request, answered)
+
+
+@dataclass(frozen=True)
+class Registered:
+    version: str
+    trained: TrainedModel
 
 
 @dataclass(frozen=True)
@@ -75,6 +122,7 @@ class Candidate:
     # probability judged there.
     member_predictions: pl.DataFrame
     trained_through: str  # the newest season the registered model learnt from
+    trained: TrainedModel  # what the version loaded from the registry must be
 
 
 @dataclass(frozen=True)
@@ -103,6 +151,8 @@ def _group_verdict(
     try:
         theirs = _champion_answers(config, champion, MEMBER_PREDICTIONS_ARTIFACT)
     except Exception:  # a champion from before the member check: the AUC decides alone
+        if not registry_reachable(config.tracking_uri):
+            raise  # an outage, not a missing file: the gate waits for the server
         return None, "member groups not compared: the champion keeps no member-check answers"
     paired = candidate.member_predictions.join(
         theirs.select(*KEY_COLUMNS, champion=pl.col("probability")), on=KEY_COLUMNS
@@ -144,6 +194,8 @@ def decide(
     try:
         theirs = _champion_answers(config, champion, PREDICTIONS_ARTIFACT)
     except Exception as error:  # its predictions are gone: no automatic decision
+        if not registry_reachable(config.tracking_uri):
+            raise  # an outage, not a missing file: the gate waits for the server
         version = str(champion.version)
         logger.warning("champion v%s's held-out predictions could not be read: %s", version, error)
         return GateDecision(
@@ -283,11 +335,75 @@ def record_decision(
     logger.info("model %s v%s: %s", name, candidate.version, decision.reason)
 
 
+def not_the_trained_model(
+    client: MlflowClient, config: MlflowConfig, candidate: Candidate
+) -> str | None:
+    """Why the candidate's version, loaded from the registry, is not the model trained (None
+    when it is): marked unverified, its files not the ones registered or trained, or its
+    answers to the trained model's test rows not the trained model's."""
+    name, version = config.registered_model, candidate.version
+    tags = dict(client.get_model_version(name, version).tags)
+    try:
+        local = verified_copy(config.tracking_uri, RegisteredVersion(name, version, tags))
+    except ModelFilesChanged as refused:
+        return str(refused)
+    trained = candidate.trained
+    try:
+        stored = files_digest(local / ARTIFACT_PATH)
+        if stored != trained.files_digest:
+            return (
+                f"{name} v{version}: its stored files' sha256 is {stored[:12]}, the trained "
+                f"files' {trained.files_digest[:12]}"
+            )
+        served = mlflow.pyfunc.load_model(str(local)).predict(trained.request)
+    finally:
+        shutil.rmtree(local, ignore_errors=True)
+    probabilities = served["probability"].to_numpy(dtype=float)
+    if not np.allclose(
+        probabilities, trained.probabilities, rtol=0, atol=ANSWER_TOLERANCE, equal_nan=True
+    ):
+        gap = np.nanmax(np.abs(probabilities - trained.probabilities))
+        return (
+            f"{name} v{version} loaded from the registry answers {len(probabilities)} test rows "
+            f"up to {gap:.3g} away from the trained model (at most {ANSWER_TOLERANCE:g} allowed)"
+        )
+    return None
+
+
 def gate(
     client: MlflowClient, config: MlflowConfig, judging: BacktestConfig, candidate: Candidate
 ) -> GateDecision:
-    """Decide and record; the candidate's facts and answers are kept first so that a later
-    gate can compare with it. `judging`: the member groups' threshold."""
+    """Check that the version loads as the model trained, decide and record; the candidate's
+    facts and answers are kept first so that a later gate can compare with it. `judging`: the
+    member groups' threshold. Each step waits out a short MLflow outage."""
+    version = candidate.version
+    when_tracking_answers(
+        config, f"gate of v{version}: its facts", lambda: keep_facts(client, config, candidate)
+    )
+    refusal = when_tracking_answers(
+        config,
+        f"gate of v{version}: loading it",
+        lambda: not_the_trained_model(client, config, candidate),
+    )
+    if refusal is None:
+        decision = when_tracking_answers(
+            config, f"gate of v{version}: comparing it with the champion",
+            lambda: decide(client, config, judging, candidate),
+        )  # fmt: skip
+    else:
+        decision = GateDecision(
+            False, f"not the model trained: {refusal}; never @{config.champion_alias}", None, None
+        )
+    when_tracking_answers(
+        config, f"gate of v{version}: recording its decision",
+        lambda: record_decision(client, config, candidate, decision),
+    )  # fmt: skip
+    return decision
+
+
+def keep_facts(client: MlflowClient, config: MlflowConfig, candidate: Candidate) -> None:
+    """The candidate's facts as tags, and its answers on held-out rows in its run: what a later
+    gate compares with."""
     name = config.registered_model
     for key, value in (
         (TAG_TEST_DIGEST, candidate.test_digest),
@@ -305,9 +421,6 @@ def gate(
             path = Path(folder) / Path(artifact).name
             frame.write_parquet(path)
             client.log_artifact(run_id, str(path), str(Path(artifact).parent))
-    decision = decide(client, config, judging, candidate)
-    record_decision(client, config, candidate, decision)
-    return decision
 
 
 def package_requirements() -> list[str]:
@@ -321,23 +434,50 @@ def log_and_register(
     directory: Path,
     input_example: pd.DataFrame,
     artifact: ModelArtifact,
-) -> ModelVersion:
-    """Log the pyfunc (from code, with the artifact folder) in the active run, register it, and
-    record the digest of its files as they are stored."""
-    info = mlflow.pyfunc.log_model(
-        name="model",
-        python_model=str(MODEL_CODE_FILE),
-        artifacts={ARTIFACT_NAME: str(directory)},
-        signature=signature(),
-        input_example=input_example,
-        pip_requirements=package_requirements(),
-        metadata={"seeds": artifact.seeds},
+) -> Registered:
+    """Log the pyfunc (from code, with the artifact folder `directory`) in the active run,
+    register it marked unverified, and record the digest of its files as they are stored,
+    lifting the mark. Each step waits out a short MLflow outage; the version keeps its mark
+    when the wait runs out after its creation. What the gate checks the version against is
+    returned with it."""
+    trained = TrainedModel.of(artifact, directory, input_example)
+    info = when_tracking_answers(
+        config, "logging the model",
+        lambda: mlflow.pyfunc.log_model(
+            name="model",
+            python_model=str(MODEL_CODE_FILE),
+            artifacts={ARTIFACT_NAME: str(directory)},
+            signature=signature(),
+            input_example=input_example,
+            pip_requirements=package_requirements(),
+            metadata={"seeds": artifact.seeds},
+        ),
+    )  # fmt: skip
+    # Created with its mark: a registration cut short anywhere after this leaves it marked
+    # (a repeated try registers another version, marked until verified like this one).
+    version = when_tracking_answers(
+        config, "registering the model",
+        lambda: mlflow.register_model(
+            info.model_uri, config.registered_model, tags={TAG_UNVERIFIED: DIGEST_PENDING}
+        ),
+    )  # fmt: skip
+    number = str(version.version)
+    when_tracking_answers(
+        config,
+        f"v{number} registered marked {TAG_UNVERIFIED}: never champion until its files' digest "
+        "is recorded",
+        lambda: record_digest(config, number, info.model_uri),
     )
-    version = mlflow.register_model(info.model_uri, config.registered_model)
+    return Registered(number, trained)
+
+
+def record_digest(config: MlflowConfig, version: str, model_uri: str) -> None:
+    """Tag the digest of the version's files as they are stored, then lift its unverified
+    mark."""
+    client, name = MlflowClient(config.tracking_uri), config.registered_model
     with tempfile.TemporaryDirectory() as folder:
-        mlflow.artifacts.download_artifacts(artifact_uri=info.model_uri, dst_path=folder)
+        mlflow.artifacts.download_artifacts(artifact_uri=model_uri, dst_path=folder)
         digest = files_digest(Path(folder))
-    MlflowClient(config.tracking_uri).set_model_version_tag(
-        config.registered_model, str(version.version), TAG_FILES_DIGEST, digest
-    )
-    return version
+    client.set_model_version_tag(name, version, TAG_FILES_DIGEST, digest)
+    if TAG_UNVERIFIED in client.get_model_version(name, version).tags:  # else lifted by a try
+        client.delete_model_version_tag(name, version, TAG_UNVERIFIED)

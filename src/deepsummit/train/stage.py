@@ -32,7 +32,6 @@ import pandas as pd
 import polars as pl
 from mlflow import ActiveRun, MlflowClient
 from mlflow.data.sources import LocalArtifactDatasetSource
-from mlflow.entities.model_registry import ModelVersion
 
 from deepsummit.contracts.artifact import ModelArtifact
 from deepsummit.contracts.calibration import Calibrator
@@ -56,7 +55,7 @@ from deepsummit.train.evaluation import Evaluation, HeldOut, evaluate
 from deepsummit.train.member_groups import ALL_PEAKS
 from deepsummit.train.parallel import Trained, train_recipe
 from deepsummit.train.recipe import MemberCheck, Recipe, Refit
-from deepsummit.train.registry import Candidate, GateDecision, gate, log_and_register
+from deepsummit.train.registry import Candidate, GateDecision, Registered, gate, log_and_register
 from deepsummit.train.tracking import (
     TRAINING_RUN,
     bound_requests,
@@ -209,15 +208,17 @@ def train_and_register(
         served = trained.served
         mlflow.log_params({"trained_through": served.trained_through, "rows.refit": served.rows})
         artifact = model_artifact(data, served, calibrator, evaluation)
-        version = log_and_register(
+        registered = log_and_register(
             settings.mlflow,
             artifact.save(context.run_dir / "model"),
             planned_example(data),
             artifact,
         )
-        decision = gate_version(settings, context, data, str(version.version), trained, evaluation)
+        decision = gate_version(settings, context, data, registered, trained, evaluation)
     shutil.rmtree(checkpoints, ignore_errors=True)  # the model is safe in the registry now
-    return train_report(settings, data, trained, calibrator, evaluation, decision, run, version)
+    return train_report(
+        settings, data, trained, calibrator, evaluation, decision, run, registered.version
+    )
 
 
 def train_report(
@@ -228,21 +229,21 @@ def train_report(
     evaluation: Evaluation,
     decision: GateDecision,
     run: ActiveRun,
-    version: ModelVersion,
+    version: str,
 ) -> TrainReport:
     run_url, model_url = ui_links(
         settings.mlflow.tracking_uri,
         run.info.experiment_id,
         run.info.run_id,
         settings.mlflow.registered_model,
-        str(version.version),
+        version,
     )
     served = trained.served
     return TrainReport(
         mlflow_run_id=run.info.run_id,
         experiment_id=run.info.experiment_id,
         model_name=settings.mlflow.registered_model,
-        model_version=str(version.version),
+        model_version=version,
         champion=decision.promoted,
         decision_reason=decision.reason,
         evaluation=evaluation,
@@ -359,7 +360,7 @@ def gate_version(
     settings: Settings,
     context: RunContext,
     data: TrainingData,
-    version: str,
+    registered: Registered,
     trained: Trained,
     evaluation: Evaluation,
 ) -> GateDecision:
@@ -371,7 +372,7 @@ def gate_version(
             settings.mlflow,
             settings.backtest,
             Candidate(
-                version=version,
+                version=registered.version,
                 test_digest=data.test_digest,
                 weather_source=data.preprocessor.weather_source,
                 inputs_known_by=data.preprocessor.inputs.latest_known,
@@ -380,11 +381,12 @@ def gate_version(
                 .with_columns(probability=pl.Series(evaluation.served[TRANSFORMER])),
                 member_predictions=member_predictions(trained.check, evaluation),
                 trained_through=trained.served.trained_through,
+                trained=registered.trained,
             ),
         )
     mlflow.set_tags(
         {
-            "model_version": version,
+            "model_version": registered.version,
             "champion_decision": "promoted" if decision.promoted else "challenger",
             "champion_reason": decision.reason,
         }

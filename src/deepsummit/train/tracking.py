@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
+from typing import TypeVar
 
 import mlflow
 from mlflow import ActiveRun
@@ -28,6 +29,8 @@ logger = logging.getLogger(__name__)
 
 # The `kind` tag of a training run (drift reports log runs of their own to the experiment).
 TRAINING_RUN = "training"
+
+T = TypeVar("T")
 
 
 def git_commit() -> str:
@@ -82,6 +85,20 @@ def wait_for_tracking(config: MlflowConfig, during: str, poll_s: float = 2.0) ->
     )
 
 
+def when_tracking_answers(config: MlflowConfig, during: str, step: Callable[[], T]) -> T:
+    """`step` (MLflow calls that may be repeated) once the tracking server answers
+    (`wait_for_tracking`), and again when it failed because the server stopped answering
+    meanwhile: a short outage is waited out, a longer one fails in one line. An error while
+    the server answers is the step's own: raised as is."""
+    while True:
+        wait_for_tracking(config, during)
+        try:
+            return step()
+        except Exception:
+            if registry_reachable(config.tracking_uri):
+                raise
+
+
 @contextmanager
 def training_run(tags: dict[str, str]) -> Iterator[ActiveRun]:
     """An MLflow run (with system metrics) that ends FAILED on an error. When the tracking
@@ -100,14 +117,12 @@ def training_run(tags: dict[str, str]) -> Iterator[ActiveRun]:
 
 
 def guarded_epoch_log(config: MlflowConfig) -> Callable[[EpochRecord, str], None]:
-    """`log_epoch`, after `wait_for_tracking`."""
+    """`log_epoch`, when the tracking server answers (`when_tracking_answers`)."""
 
     def log(record: EpochRecord, prefix: str = "") -> None:
         seed = prefix.replace("_", " ").strip()  # "seed_42_" → "seed 42"
-        wait_for_tracking(
-            config, f"{seed}, epoch {record.epoch}" if seed else f"epoch {record.epoch}"
-        )
-        log_epoch(record, prefix)
+        during = f"{seed}, epoch {record.epoch}" if seed else f"epoch {record.epoch}"
+        when_tracking_answers(config, during, lambda: log_epoch(record, prefix))
 
     return log
 
