@@ -21,7 +21,7 @@ from training_fixtures import (
     trained_registry_fixture,  # noqa: F401 (the fixture)
 )
 
-from deepsummit.contracts.artifact import ModelArtifact
+from deepsummit.contracts.artifact import ARTIFACT_NAME, ModelArtifact
 from deepsummit.contracts.champion import (
     TAG_KNOWN_BY,
     TAG_TRAINED_THROUGH,
@@ -111,7 +111,7 @@ def register_constant(registry: TrainedRegistry, settings, tmp_path: Path) -> Re
         with torch.no_grad():
             network.head.classifier.weight.zero_()
             network.head.classifier.bias.zero_()
-    directory = artifact.save(tmp_path / "constant")
+    directory = artifact.save(tmp_path / "constant" / ARTIFACT_NAME)
     example = pl.read_parquet(registry.snapshot / PLANNED_TEST_FILE).head(2).drop(KEY_COLUMNS)
     mlflow.set_tracking_uri(settings.mlflow.tracking_uri)
     mlflow.set_experiment(settings.mlflow.experiment)

@@ -25,7 +25,7 @@ from training_fixtures import (
     trained_registry_fixture,  # noqa: F401 (the fixture)
 )
 
-from deepsummit.contracts.artifact import ModelArtifact
+from deepsummit.contracts.artifact import ARTIFACT_NAME, ModelArtifact
 from deepsummit.contracts.champion import (
     TAG_FILES_DIGEST,
     TAG_UNVERIFIED,
@@ -167,7 +167,7 @@ def test_a_version_whose_stored_files_changed_after_registering_is_not_promoted(
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    registered = register(trained_registry, mlflow_config, tmp_path / "model")
+    registered = register(trained_registry, mlflow_config, tmp_path / ARTIFACT_NAME)
     calibration = stored_files(server, mlflow_config, registered.version) / "calibration.json"
     calibration.write_text(calibration.read_text().replace('"method"', '"method" ', 1))
 
@@ -203,7 +203,7 @@ def test_files_changed_before_the_digest_is_recorded_are_not_the_trained_ones(
         calibration.write_text(calibration.read_text().replace('"method"', '"method" ', 1))
 
     after_registering(monkeypatch, change_stored_files)
-    registered = register(trained_registry, mlflow_config, tmp_path / "model")
+    registered = register(trained_registry, mlflow_config, tmp_path / ARTIFACT_NAME)
     client = MlflowClient(mlflow_config.tracking_uri)
     decision = gate(client, mlflow_config, server.backtest, candidate(registered))
 
@@ -218,7 +218,7 @@ def test_a_version_answering_unlike_the_trained_model_is_not_promoted(
     mlflow_config: MlflowConfig,
     tmp_path: Path,
 ) -> None:
-    registered = register(trained_registry, mlflow_config, tmp_path / "model")
+    registered = register(trained_registry, mlflow_config, tmp_path / ARTIFACT_NAME)
     trained = registered.trained
     assert trained.probabilities.size == 3 and not np.isnan(trained.probabilities).any()
     elsewhere = dataclasses.replace(trained, probabilities=trained.probabilities + 1e-3)
@@ -252,7 +252,7 @@ def test_mlflow_gone_before_the_digest_leaves_the_version_marked_never_champion(
 
     after_registering(monkeypatch, outage)
     artifact = ModelArtifact.load(trained_registry.model_dir)
-    directory = artifact.save(tmp_path / "model")
+    directory = artifact.save(tmp_path / ARTIFACT_NAME)
     request = pl.read_parquet(trained_registry.snapshot / PLANNED_TEST_FILE).head(3)
     request = request.drop(KEY_COLUMNS).to_pandas()
     try:
@@ -305,7 +305,7 @@ def test_a_short_outage_during_registration_and_the_gate_is_waited_out(
     try:
         with monkeypatch.context() as patched:
             after_registering(patched, outage)
-            registered = register(trained_registry, config, tmp_path / "model")
+            registered = register(trained_registry, config, tmp_path / ARTIFACT_NAME)
         outage()  # and again before the gate
         client = MlflowClient(config.tracking_uri)
         decision = gate(client, config, server.backtest, candidate(registered))

@@ -440,6 +440,11 @@ def log_and_register(
     lifting the mark. Each step waits out a short MLflow outage; the version keeps its mark
     when the wait runs out after its creation. What the gate checks the version against is
     returned with it."""
+    if directory.name != ARTIFACT_NAME:  # MLflow stores the folder under its own name
+        raise ValueError(
+            f"the model folder must be named {ARTIFACT_NAME!r} (readers find it at "
+            f"{ARTIFACT_PATH}), not {directory.name!r}"
+        )
     trained = TrainedModel.of(artifact, directory, input_example)
     info = when_tracking_answers(
         config, "logging the model",

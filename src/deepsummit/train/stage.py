@@ -33,7 +33,7 @@ import polars as pl
 from mlflow import ActiveRun, MlflowClient
 from mlflow.data.sources import LocalArtifactDatasetSource
 
-from deepsummit.contracts.artifact import ModelArtifact
+from deepsummit.contracts.artifact import ARTIFACT_NAME, ModelArtifact
 from deepsummit.contracts.calibration import Calibrator
 from deepsummit.contracts.member_groups import MEMBER_COLUMNS
 from deepsummit.contracts.preprocessing import Preprocessor
@@ -210,7 +210,7 @@ def train_and_register(
         artifact = model_artifact(data, served, calibrator, evaluation)
         registered = log_and_register(
             settings.mlflow,
-            artifact.save(context.run_dir / "model"),
+            artifact.save(context.run_dir / ARTIFACT_NAME),
             planned_example(data),
             artifact,
         )
