@@ -4,8 +4,10 @@ wait that runs out says in one line who holds the file. Real processes on a real
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -13,7 +15,13 @@ from pathlib import Path
 import pytest
 
 from deepsummit.core.sections import PROJECT_ROOT
-from deepsummit.core.warehouse import WarehouseLocked, connect, lock_holder
+from deepsummit.core.warehouse import (
+    WarehouseLocked,
+    connect,
+    lock_file,
+    lock_holder,
+    writer_lock,
+)
 
 # Holds a write connection (through deepsummit.core.warehouse.connect, like a stage) after writing
 # one row, says so on stdout, then keeps it until stdin closes or `hold_s` has passed.
@@ -101,3 +109,68 @@ def test_the_holder_is_named_by_its_command_line() -> None:
     assert named == f"{Path(sys.executable).name} -c {code} --flag"
     # A process that has gone is named by the program DuckDB reported.
     assert lock_holder(running.pid, "/usr/local/bin/deepsummit") == "deepsummit"
+
+
+# Holds the writers' lock (deepsummit.core.warehouse.writer_lock, as a stage does), says so on
+# stdout, then keeps it until stdin closes or `hold_s` has passed.
+LOCK_HOLDER = """
+import select, sys
+from pathlib import Path
+from deepsummit.core.warehouse import writer_lock
+
+with writer_lock(Path(sys.argv[1]), "the holder stage", print):
+    print("holding", flush=True)
+    select.select([sys.stdin], [], [], float(sys.argv[2]))
+"""
+
+
+@contextmanager
+def holding_writer_lock(
+    tmp_path: Path, warehouse: Path, hold_s: float
+) -> Iterator[subprocess.Popen[str]]:
+    """Another process holding `warehouse`'s writers' lock, for at most `hold_s` seconds."""
+    script = tmp_path / "hold_writer_lock.py"
+    script.write_text(LOCK_HOLDER)
+    process = subprocess.Popen(
+        [sys.executable, str(script), str(warehouse), str(hold_s)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline().strip() == "holding"
+        yield process
+    finally:
+        assert process.stdin is not None
+        process.stdin.close()
+        process.wait(timeout=60)
+
+
+def test_a_writer_waits_for_the_lock_another_process_holds_saying_so_once(
+    tmp_path: Path,
+) -> None:
+    warehouse = tmp_path / "w.duckdb"
+    said: list[str] = []
+    with holding_writer_lock(tmp_path, warehouse, hold_s=1.5) as holder:
+        started = time.monotonic()
+        with writer_lock(warehouse, "the waiter", said.append):
+            waited_s = time.monotonic() - started  # the holder let go after its 1.5 s
+    assert waited_s >= 1.0
+    assert said == [
+        f"waiting for {lock_file(warehouse)}: held by the holder stage (PID {holder.pid}, since "
+        + said[0].split(", since ", 1)[1]
+    ]
+    assert lock_file(warehouse).read_text() == ""  # a writer that has left is named nowhere
+
+
+def test_a_killed_writer_leaves_the_lock_free(tmp_path: Path) -> None:
+    warehouse = tmp_path / "w.duckdb"
+    said: list[str] = []
+    with holding_writer_lock(tmp_path, warehouse, hold_s=60.0) as holder:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(timeout=60)
+        with writer_lock(warehouse, "the next writer", said.append):
+            assert "the next writer" in lock_file(warehouse).read_text()
+    assert said == []

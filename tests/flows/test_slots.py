@@ -23,7 +23,7 @@ from prefect.testing.utilities import prefect_test_harness
 
 from deepsummit.core.context import REGISTRY
 from deepsummit.core.inputs import Known
-from deepsummit.core.sections import BacktestConfig, MlflowConfig
+from deepsummit.core.sections import BacktestConfig, MlflowConfig, ServicesConfig
 from deepsummit.flows.runner import slot
 from deepsummit.flows.summit import STAGE_FLOWS
 from deepsummit.train import registry
@@ -153,7 +153,7 @@ def test_two_gates_at_once_leave_one_champion_the_better(
 
     @flow
     def run_gate(candidate: Candidate) -> bool:
-        with slot(REGISTRY):
+        with slot(REGISTRY, ServicesConfig().slot_lease_s):
             client = MlflowClient(config.tracking_uri)
             return gate(client, config, BacktestConfig(), candidate).promoted
 

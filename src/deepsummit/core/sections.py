@@ -360,6 +360,10 @@ class ServicesConfig(Section):
     # How often the local worker asks the server for runs to start: a deployment run waits up
     # to this long before it starts (Prefect's own default is 10 s).
     worker_query_s: float = Field(5.0, gt=0)
+    # How long the Prefect server keeps a run's slot (the warehouse's, the champion gate's)
+    # once its holder stops renewing it: the run renews it every 3/4 of this, so a run killed
+    # with its machine frees the slot this long after. Prefect's server takes 60 s at least.
+    slot_lease_s: float = Field(300.0, ge=60, le=86_400)
     run_dir: ProjectPath = Path("var/services")
 
     @property

@@ -5,15 +5,25 @@ at all meanwhile. `connect` therefore waits for the lock (polling, up to
 `warehouse.lock_timeout_s`) instead of failing at once, and when the wait runs out it raises
 one line that names the process holding the file. Stages keep their connections short (the
 weather stage opens one per stored response, never across an API call), so a wait is short.
+
+Short connections would let two writers' stages interleave between them, so a stage that
+writes the warehouse also holds `writer_lock` from reading its inputs to its result: an
+exclusive flock on `<warehouse>.lock` beside the file. Every writer on the machine takes it
+(a deployment run on the worker as much as a `deepsummit` command whose Prefect server is down
+and which therefore shares no Prefect slot with anyone); the kernel drops it when its holder
+dies, however it dies.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
+import os
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from functools import cache
 from importlib.resources import files
 from importlib.resources.abc import Traversable
@@ -117,6 +127,37 @@ def lock_holder(pid: int, program: str) -> str:
     return (
         command if len(command) <= _MAX_COMMAND_CHARS else command[: _MAX_COMMAND_CHARS - 1] + "…"
     )
+
+
+def lock_file(warehouse: Path) -> Path:
+    """The file whose flock a warehouse writer holds: `<warehouse>.lock`, beside it."""
+    return warehouse.with_name(warehouse.name + ".lock")
+
+
+@contextmanager
+def writer_lock(warehouse: Path, holder: str, waiting: Callable[[str], None]) -> Iterator[None]:
+    """Be the one writer of `warehouse` on this machine for the block; when another process is,
+    `waiting` is told in one line who (what it wrote in the lock file: `holder`, its PID and
+    since when) before this waits for as long as it takes."""
+    path = lock_file(warehouse)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            held_by = os.pread(descriptor, 4096, 0).decode(errors="replace").strip()
+            waiting(f"waiting for {path}: held by {held_by or 'another process'}")
+            fcntl.flock(descriptor, fcntl.LOCK_EX)
+        since = datetime.now(UTC).isoformat(timespec="seconds")
+        os.ftruncate(descriptor, 0)
+        os.pwrite(descriptor, f"{holder} (PID {os.getpid()}, since {since})".encode(), 0)
+        try:
+            yield
+        finally:
+            os.ftruncate(descriptor, 0)  # the next waiter names no writer that has left
+    finally:
+        os.close(descriptor)  # releases the flock
 
 
 @contextmanager

@@ -7,6 +7,7 @@ The cache key is deepsummit/flows/cache_keys.py's.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
@@ -29,6 +30,7 @@ from deepsummit.core.config import Settings, load_settings
 from deepsummit.core.context import WAREHOUSE, RunContext
 from deepsummit.core.errors import PipelineError
 from deepsummit.core.sections import PathsConfig
+from deepsummit.core.warehouse import writer_lock
 from deepsummit.flows.artifacts import LineageRow
 from deepsummit.flows.cache_keys import STAGE_CACHE, cache_inputs
 from deepsummit.flows.resources import RESOURCES
@@ -94,15 +96,43 @@ def ensure_limit(name: str, limit: int = 1) -> None:
 
 
 @contextlib.contextmanager
-def slot(name: str) -> Iterator[None]:
+def slot(name: str, lease_s: float) -> Iterator[None]:
     """One of one: Prefect's global concurrency slot `name`, waited for as long as it takes
-    (the holder's flow run shows in the UI's Concurrency page)."""
+    (the holder's flow run shows in the UI's Concurrency page), leased for `lease_s` at a time.
+
+    When the server stops answering while the slot is held, its lease cannot be renewed and
+    runs out on the server. Prefect would then interrupt the block wherever it is (its
+    `strict` default); the block is let finish instead: a warehouse writer also holds the
+    warehouse's flock (`writer_lock`), which no lease ends, so no other writer on the machine
+    can start meanwhile, and what a stage began it finishes (its transaction commits or rolls
+    back as it would have). A release the server does not answer is logged, not raised: the
+    server frees the slot when the lease runs out."""
     ensure_limit(name)
     logger = get_run_logger()
     logger.info("waiting for the %s slot", name)
-    with concurrency(name, occupy=1, strict=True):
-        logger.info("holding the %s slot", name)
-        yield
+    raised: BaseException | None = None
+    try:
+        with concurrency(
+            name,
+            occupy=1,
+            strict=True,
+            lease_duration=lease_s,
+            raise_on_lease_renewal_failure=False,
+        ):
+            logger.info("holding the %s slot", name)
+            try:
+                yield
+            except BaseException as error:
+                raised = error
+                raise
+    except Exception as error:
+        if error is raised:
+            raise
+        logger.warning(
+            "%s slot not released (%s): the server frees it within %g s", name, error, lease_s
+        )
+        if raised is not None:
+            raise raised from None
 
 
 def writes_warehouse(stage: Stage) -> bool:
@@ -222,7 +252,10 @@ class Chain:
         settings = load_settings(profile, overrides)
         run_dir = settings.paths.runs_dir / str(flow_run.get_id() or "local")
         run_dir.mkdir(parents=True, exist_ok=True)
-        return cls(settings, RunContext(run_dir=run_dir, tags=run_tags(settings), exclusive=slot))
+        exclusive = functools.partial(slot, lease_s=settings.services.slot_lease_s)
+        return cls(
+            settings, RunContext(run_dir=run_dir, tags=run_tags(settings), exclusive=exclusive)
+        )
 
     def _require_inputs(self, stage: Stage) -> None:
         for name in stage.reads:
@@ -239,9 +272,17 @@ class Chain:
 
     def run_stage(self, stage: Stage) -> Any:
         """Run `stage` as a cached, materialising task after the stages it reads from; a stage
-        that writes the warehouse holds its slot from reading its inputs to its result, so
-        another run's writer cannot change them in between."""
-        with slot(WAREHOUSE) if writes_warehouse(stage) else contextlib.nullcontext():
+        that writes the warehouse holds its slot, then the warehouse's flock, from reading its
+        inputs to its result, so another run's writer cannot change them in between (the
+        flock also keeps out a writer on a temporary Prefect server, which shares no slot)."""
+        if not writes_warehouse(stage):
+            return self._run_stage(stage)
+        logger = get_run_logger()
+        holder = f"the {stage.name} stage of flow run {flow_run.get_name() or 'local'}"
+        with (
+            slot(WAREHOUSE, self.settings.services.slot_lease_s),
+            writer_lock(self.settings.paths.warehouse, holder, logger.info),
+        ):
             return self._run_stage(stage)
 
     def _run_stage(self, stage: Stage) -> Any:
