@@ -100,6 +100,12 @@ def _server_env(settings: Settings) -> dict[str, str]:
     env["PREFECT_UI_API_URL"] = env.pop("PREFECT_API_URL")
     # SQLite: wait for a lock instead of failing a concurrent write at once.
     env["PREFECT_SERVER_DATABASE_TIMEOUT"] = "60"
+    # Slot leases on disk (PREFECT_HOME), not in the server's memory: a restarted server would
+    # otherwise have forgotten the lease of a slot it still counts as taken, and no run would
+    # ever get that slot again (it frees a slot only by its lease).
+    env["PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE"] = (
+        "prefect.server.concurrency.lease_storage.filesystem"
+    )
     # A login, CSRF tokens on writes and its own UI as the only other origin: see the docstring.
     env["PREFECT_SERVER_API_AUTH_STRING"] = env["PREFECT_API_AUTH_STRING"]
     env["PREFECT_SERVER_CSRF_PROTECTION_ENABLED"] = "true"
