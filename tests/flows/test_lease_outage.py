@@ -1,0 +1,172 @@
+"""A stage that holds the warehouse slot when the Prefect server goes away, for longer than the
+slot's lease can be renewed: it finishes what it began (Prefect would interrupt it wherever it
+was), the server frees the slot once back, and the next run gets it.
+
+Real processes: the local Prefect server as `deepsummit up` starts it, stopped and restarted;
+`deepsummit ingest` as a person runs it, reading its members file from a local HTTP server that
+hands the file over only when the test says so (the stage is then provably mid-way).
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from flows_fixtures import as_environment, isolated_paths, write_bundle_slice
+from services_fixtures import STARTUP_TIMEOUT_S, deepsummit, free_port
+
+from deepsummit.core.config import load_settings
+from deepsummit.core.sections import PROJECT_ROOT
+from deepsummit.core.warehouse import connect
+from deepsummit.services import supervisor
+from deepsummit.services.health import prefect_healthy
+from deepsummit.services.local import PREFECT_SERVER, ensure_prefect_auth
+from deepsummit.services.processes import stop_process
+
+LEASE_S = 60  # the least Prefect's server takes; renewed after 45 s
+# Prefect's line when a renewal has failed three times (prefect/concurrency/_leases.py).
+RENEWAL_FAILED = "Concurrency lease renewal failed"
+SLICE_MEMBERS = 1_385  # the members rows of the KANG slice
+
+
+class HeldFile:
+    """A file served over HTTP a byte at a time (so the reader's socket never times out) until
+    `release` is set, then the rest at once; `asked` is set at the first request."""
+
+    def __init__(self, content: bytes) -> None:
+        self.asked = threading.Event()
+        self.release = threading.Event()
+        held = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                held.asked.set()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(content)))
+                self.end_headers()
+                sent = 0
+                while not held.release.wait(0.5) and sent < len(content) - 1:
+                    self.wfile.write(content[sent : sent + 1])
+                    self.wfile.flush()
+                    sent += 1
+                self.wfile.write(content[sent:])
+
+            def log_message(self, *args: Any) -> None:  # keep the test output quiet
+                pass
+
+        self._http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._http.daemon_threads = True
+        threading.Thread(target=self._http.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self._http.server_address[1]}/members.csv.gz"
+
+    def close(self) -> None:
+        self.release.set()
+        self._http.shutdown()
+        self._http.server_close()
+
+
+def _start_prefect_server(settings: Any) -> None:
+    """The local Prefect server exactly as `deepsummit up` starts it (its database and lease
+    files kept under the settings' run folder across restarts)."""
+    supervisor._ensure_process(
+        settings,
+        PREFECT_SERVER,
+        supervisor._prefect_server_command(settings),
+        supervisor._server_env(settings),
+        prefect_healthy,
+        STARTUP_TIMEOUT_S,
+    )
+
+
+@contextmanager
+def _command_output(process: subprocess.Popen[str]) -> Iterator[queue.Queue[str | None]]:
+    """The process's output line by line as it comes (None once closed); the process killed
+    if the block leaves it running."""
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def read() -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            lines.put(line.rstrip("\n"))
+        lines.put(None)
+
+    threading.Thread(target=read, daemon=True).start()
+    try:
+        yield lines
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def _wait_for_line(lines: queue.Queue[str | None], text: str, seen: list[str], s: float) -> None:
+    deadline = time.monotonic() + s
+    while not any(text in line for line in seen):
+        try:
+            line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            raise AssertionError(f"no {text!r} in {s:g} s:\n" + "\n".join(seen)) from None
+        assert line is not None, f"the command ended before {text!r}:\n" + "\n".join(seen)
+        seen.append(line)
+
+
+def test_a_stage_that_loses_its_slot_lease_finishes_and_the_next_run_gets_the_slot(
+    tmp_path: Path,
+) -> None:
+    overrides = isolated_paths(tmp_path)
+    data = write_bundle_slice(tmp_path / "data", ("KANG",))
+    held = HeldFile((data / "himalayan/members.csv.gz").read_bytes())
+    overrides["paths"]["data_dir"] = str(data)
+    overrides["services"] |= {"prefect_port": free_port(), "slot_lease_s": LEASE_S}
+    overrides["sources"] = {"members": held.url}
+    settings = load_settings("tiny", overrides)
+    settings.services.run_dir.mkdir(parents=True)
+    ensure_prefect_auth(settings)
+    _start_prefect_server(settings)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "DEEPSUMMIT_"))}
+    try:
+        command = subprocess.Popen(
+            [sys.executable, "-m", "deepsummit.cli.app", "ingest", "--profile", "tiny"],
+            env={**env, **as_environment(overrides)},
+            cwd=PROJECT_ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        seen: list[str] = []
+        with _command_output(command) as lines:
+            assert held.asked.wait(STARTUP_TIMEOUT_S), "the stage never asked for its file"
+            asked = time.monotonic()
+            # The stage is reading its sources, slot held: the server goes away until the
+            # lease has run out, and answers the next renewal that the lease is gone.
+            stop_process(settings, PREFECT_SERVER)
+            time.sleep(max(0.0, asked + LEASE_S + 5 - time.monotonic()))
+            _start_prefect_server(settings)
+            # The renewal that was retrying through the outage fails for good.
+            _wait_for_line(lines, RENEWAL_FAILED, seen, 3 * LEASE_S)
+            time.sleep(3)  # where Prefect interrupted the stage, it would have done so by now
+            assert command.poll() is None, "\n".join(seen)
+            held.release.set()
+            assert command.wait(timeout=STARTUP_TIMEOUT_S) == 0, "\n".join(seen)
+            while (line := lines.get(timeout=60)) is not None:
+                seen.append(line)
+        with connect(settings.paths.warehouse, read_only=True) as con:
+            (members,) = con.execute("SELECT count(*) FROM members").fetchone()
+        assert members == SLICE_MEMBERS  # the stage's whole generation, committed
+        # The slot is free again (its lease ran out, or the finished stage released it once
+        # the server was back): a rerun takes it and completes.
+        rerun = deepsummit(overrides, "ingest", "--profile", "tiny")
+        assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+        assert "holding the deepsummit-warehouse slot" in rerun.stdout + rerun.stderr
+    finally:
+        held.close()
+        stop_process(settings, PREFECT_SERVER)
