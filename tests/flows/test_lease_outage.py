@@ -1,6 +1,7 @@
 """A stage that holds the warehouse slot when the Prefect server goes away, for longer than the
 slot's lease can be renewed: it finishes what it began (Prefect would interrupt it wherever it
-was), the server frees the slot once back, and the next run gets it.
+was), the server frees the slot once back, and the next run gets it, then waits at the
+warehouse's flock until the stage is done: the lease lost, still one writer at a time.
 
 Real processes: the local Prefect server as `deepsummit up` starts it, stopped and restarted;
 `deepsummit ingest` as a person runs it, reading its members file from a local HTTP server that
@@ -22,11 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from flows_fixtures import as_environment, isolated_paths, write_bundle_slice
-from services_fixtures import STARTUP_TIMEOUT_S, deepsummit, free_port
+from services_fixtures import STARTUP_TIMEOUT_S, free_port
 
 from deepsummit.core.config import load_settings
 from deepsummit.core.sections import PROJECT_ROOT
-from deepsummit.core.warehouse import connect
+from deepsummit.core.warehouse import connect, lock_file
 from deepsummit.services import supervisor
 from deepsummit.services.health import prefect_healthy
 from deepsummit.services.local import PREFECT_SERVER, ensure_prefect_auth
@@ -119,7 +120,7 @@ def _wait_for_line(lines: queue.Queue[str | None], text: str, seen: list[str], s
         seen.append(line)
 
 
-def test_a_stage_that_loses_its_slot_lease_finishes_and_the_next_run_gets_the_slot(
+def test_a_stage_that_loses_its_slot_lease_finishes_alone_and_the_next_run_gets_the_slot(
     tmp_path: Path,
 ) -> None:
     overrides = isolated_paths(tmp_path)
@@ -133,8 +134,9 @@ def test_a_stage_that_loses_its_slot_lease_finishes_and_the_next_run_gets_the_sl
     ensure_prefect_auth(settings)
     _start_prefect_server(settings)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "DEEPSUMMIT_"))}
-    try:
-        command = subprocess.Popen(
+
+    def ingest() -> subprocess.Popen[str]:
+        return subprocess.Popen(
             [sys.executable, "-m", "deepsummit.cli.app", "ingest", "--profile", "tiny"],
             env={**env, **as_environment(overrides)},
             cwd=PROJECT_ROOT,
@@ -142,8 +144,12 @@ def test_a_stage_that_loses_its_slot_lease_finishes_and_the_next_run_gets_the_sl
             stderr=subprocess.STDOUT,
             text=True,
         )
-        seen: list[str] = []
-        with _command_output(command) as lines:
+
+    first_seen: list[str] = []
+    next_seen: list[str] = []
+    try:
+        first = ingest()
+        with _command_output(first) as first_lines:
             assert held.asked.wait(STARTUP_TIMEOUT_S), "the stage never asked for its file"
             asked = time.monotonic()
             # The stage is reading its sources, slot held: the server goes away until the
@@ -152,21 +158,23 @@ def test_a_stage_that_loses_its_slot_lease_finishes_and_the_next_run_gets_the_sl
             time.sleep(max(0.0, asked + LEASE_S + 5 - time.monotonic()))
             _start_prefect_server(settings)
             # The renewal that was retrying through the outage fails for good.
-            _wait_for_line(lines, RENEWAL_FAILED, seen, 3 * LEASE_S)
+            _wait_for_line(first_lines, RENEWAL_FAILED, first_seen, 3 * LEASE_S)
             time.sleep(3)  # where Prefect interrupted the stage, it would have done so by now
-            assert command.poll() is None, "\n".join(seen)
-            held.release.set()
-            assert command.wait(timeout=STARTUP_TIMEOUT_S) == 0, "\n".join(seen)
-            while (line := lines.get(timeout=60)) is not None:
-                seen.append(line)
-        with connect(settings.paths.warehouse, read_only=True) as con:
-            (members,) = con.execute("SELECT count(*) FROM members").fetchone()
-        assert members == SLICE_MEMBERS  # the stage's whole generation, committed
-        # The slot is free again (its lease ran out, or the finished stage released it once
-        # the server was back): a rerun takes it and completes.
-        rerun = deepsummit(overrides, "ingest", "--profile", "tiny")
-        assert rerun.returncode == 0, rerun.stdout + rerun.stderr
-        assert "holding the deepsummit-warehouse slot" in rerun.stdout + rerun.stderr
+            assert first.poll() is None, "\n".join(first_seen)
+            # The server freed the slot with the lease: the next run takes it while the stage
+            # is still in, and waits at the warehouse's flock instead of writing beside it.
+            following = ingest()
+            with _command_output(following) as next_lines:
+                waiting = f"waiting for {lock_file(settings.paths.warehouse)}: held by the ingest"
+                _wait_for_line(next_lines, waiting, next_seen, STARTUP_TIMEOUT_S)
+                assert any("holding the deepsummit-warehouse slot" in x for x in next_seen)
+                assert first.poll() is None, "\n".join(first_seen)
+                held.release.set()
+                assert first.wait(timeout=STARTUP_TIMEOUT_S) == 0, "\n".join(first_seen)
+                assert following.wait(timeout=STARTUP_TIMEOUT_S) == 0, "\n".join(next_seen)
     finally:
         held.close()
         stop_process(settings, PREFECT_SERVER)
+    with connect(settings.paths.warehouse, read_only=True) as con:
+        (members,) = con.execute("SELECT count(*) FROM members").fetchone()
+    assert members == SLICE_MEMBERS  # a whole generation, committed
