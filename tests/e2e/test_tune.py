@@ -3,7 +3,8 @@ TWO process workers, on a two-peak slice with a tiny search space: the trials ru
 flow runs of summit-trial/trial, one of them is killed mid-run (SIGKILL to its flow-run process)
 and the search goes on, the study records every trial, MLflow holds the search run with its
 children, the best configuration is registered behind the champion gate and saved as the tuned
-profile; a rerun with a larger budget resumes the same study. Every process is stopped by PID."""
+profile; a rerun with a larger budget resumes the same study. The study's URL comes from a Prefect
+Secret block, and no flow run's parameters hold it. Every process is stopped by PID."""
 
 from __future__ import annotations
 
@@ -18,11 +19,13 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from uuid import uuid4
 
 import pytest
 from flows_fixtures import TINY_SPACE, isolated_paths, write_bundle_slice
 from mlflow import MlflowClient
 from optuna.trial import TrialState
+from prefect.blocks.system import Secret
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import (
     DeploymentFilter,
@@ -34,7 +37,7 @@ from prefect.client.schemas.objects import FlowRun
 from prefect.settings import temporary_settings
 from services_fixtures import STARTUP_TIMEOUT_S, free_port, prefect_server
 
-from deepsummit.core.config import Settings, load_settings
+from deepsummit.core.config import Settings, deep_merge, load_settings
 from deepsummit.core.sections import PROJECT_ROOT
 from deepsummit.services import supervisor as services
 from deepsummit.train import tuning
@@ -42,6 +45,7 @@ from deepsummit.train import tuning
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
 
 SECOND_WORKER = "worker-2"
+STUDY_SECRET = "e2e-study"
 PREFECT = str(Path(sys.executable).parent / "prefect")
 
 
@@ -77,16 +81,18 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Settings, 
     # Trials long enough to run side by side for a while: the kill below waits for two at once
     # (a tiny-profile trial of 2 epochs on 2,000 rows is over in about a second).
     overrides["train"] |= {"max_epochs": 10, "patience": 10, "max_train_rows": None}
-    overrides["tune"] = {
-        "storage_url": f"sqlite:///{root / 'optuna.db'}",
-        "study_name": "e2e",
-        "search_space": TINY_SPACE,
-        "poll_interval_s": 1.0,
-    }
-    settings = load_settings("tiny", overrides)
+    overrides["tune"] = {"study_name": "e2e", "search_space": TINY_SPACE, "poll_interval_s": 1.0}
+    # The runs find the study through a Secret block, never a parameter. SQLite takes no
+    # password: a random folder name in its URL stands for one (it is as secret here).
+    password = uuid4().hex
+    (root / password).mkdir()
+    study_url = f"sqlite:///{root / password / 'optuna.db'}"
+    settings = load_settings("tiny", deep_merge(overrides, {"tune": {"storage_url": study_url}}))
     try:
         # servers, the local pool, every local deployment, one worker
         services.up(settings, STARTUP_TIMEOUT_S)
+        with temporary_settings(prefect_server(settings)):
+            Secret(value=study_url).save(STUDY_SECRET, overwrite=True)
         command = [
             PREFECT, "worker", "start", "--pool", settings.services.work_pool,
             "--type", "process", "--name", f"{services.WORKER_NAME}-2",
@@ -96,7 +102,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Settings, 
         while len(_online_workers(settings)) < 2:
             assert time.monotonic() < deadline, "the second worker never came online"
             time.sleep(1)
-        yield settings, overrides
+        yield settings, overrides, password
     finally:
         services.stop_process(settings, SECOND_WORKER)
         services.down(settings)
@@ -106,7 +112,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Settings, 
 
 def _run_tune(settings: Settings, overrides: dict[str, Any], n_trials: int) -> str:
     """`prefect deployment run summit/tune` with small parameters; the flow run id."""
-    options = {"n_trials": n_trials, "concurrency": 2}
+    options = {"n_trials": n_trials, "concurrency": 2, "storage_secret": STUDY_SECRET}
     params = {"profile": "tiny", "options": options, "overrides": overrides}
     out = _prefect(settings, "deployment", "run", "summit/tune", "--params", json.dumps(params))
     return re.search(r"UUID: ([0-9a-f-]{36})", out).group(1)
@@ -145,7 +151,7 @@ def _wait(settings: Settings, flow_run_id: str, kill_one: bool) -> tuple[FlowRun
 
 
 def test_a_search_across_two_workers_survives_a_killed_trial_and_resumes(stack):
-    settings, overrides = stack
+    settings, overrides, password = stack
     tune_id = _run_tune(settings, overrides, n_trials=3)
     tune_run, killed = _wait(settings, tune_id, kill_one=True)
     assert tune_run.state.is_completed(), tune_run.state.message
@@ -157,6 +163,10 @@ def test_a_search_across_two_workers_survives_a_killed_trial_and_resumes(stack):
     assert len(trials) == 3
     assert trials[killed].state.name == "Crashed"
     assert sorted(t.state.name for t in trials.values()) == ["Completed", "Completed", "Crashed"]
+    with temporary_settings(prefect_server(settings)), get_client(sync_client=True) as client:
+        parameters = {run.name: json.dumps(run.parameters) for run in client.read_flow_runs()}
+    leaked = [name for name, values in parameters.items() if password in values]
+    assert leaked == [], f"flow runs whose parameters hold the study URL: {leaked}"
     spans = sorted((t.start_time, t.end_time) for t in trials.values() if t.start_time)
     assert any(later[0] < earlier[1] for earlier, later in itertools.pairwise(spans)), spans
 
