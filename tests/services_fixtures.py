@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import itertools
 import os
+import queue
 import random
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -115,3 +117,17 @@ def deepsummit(overrides: dict[str, Any], *args: str) -> subprocess.CompletedPro
         text=True,
         timeout=300,
     )
+
+
+def output_lines(process: subprocess.Popen[str]) -> queue.Queue[str | None]:
+    """The process's output, line by line as it comes (None once it has closed)."""
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def read() -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            lines.put(line.rstrip("\n"))
+        lines.put(None)
+
+    threading.Thread(target=read, daemon=True).start()
+    return lines

@@ -9,12 +9,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 import pytest
 
-from deepsummit.core.sections import PROJECT_ROOT
 from deepsummit.core.warehouse import (
     WarehouseLocked,
     connect,
@@ -40,16 +39,18 @@ with connect(path) as con:
 
 
 @contextmanager
-def holding(tmp_path: Path, warehouse: Path, hold_s: float) -> Iterator[subprocess.Popen[str]]:
-    """Another process holding `warehouse` open for writing, for at most `hold_s` seconds."""
-    script = tmp_path / "hold_warehouse.py"
-    script.write_text(HOLDER)
+def holding_process(
+    script: Path, holder: str, warehouse: Path, hold_s: float
+) -> Iterator[subprocess.Popen[str]]:
+    """The code `holder`, written to `script`, run in another process on `warehouse`, once it
+    says it is holding; it lets go when stdin closes (or `hold_s` has passed)."""
+    script.write_text(holder)
     process = subprocess.Popen(
         [sys.executable, str(script), str(warehouse), str(hold_s)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)},
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
     )
     try:
         assert process.stdout is not None
@@ -59,6 +60,13 @@ def holding(tmp_path: Path, warehouse: Path, hold_s: float) -> Iterator[subproce
         assert process.stdin is not None
         process.stdin.close()
         process.wait(timeout=60)
+
+
+def holding(
+    tmp_path: Path, warehouse: Path, hold_s: float
+) -> AbstractContextManager[subprocess.Popen[str]]:
+    """Another process holding `warehouse` open for writing, for at most `hold_s` seconds."""
+    return holding_process(tmp_path / "hold_warehouse.py", HOLDER, warehouse, hold_s)
 
 
 def test_a_writer_waits_for_another_process_and_writes_after_it(tmp_path: Path) -> None:
@@ -124,28 +132,11 @@ with writer_lock(Path(sys.argv[1]), "the holder stage", print):
 """
 
 
-@contextmanager
 def holding_writer_lock(
     tmp_path: Path, warehouse: Path, hold_s: float
-) -> Iterator[subprocess.Popen[str]]:
+) -> AbstractContextManager[subprocess.Popen[str]]:
     """Another process holding `warehouse`'s writers' lock, for at most `hold_s` seconds."""
-    script = tmp_path / "hold_writer_lock.py"
-    script.write_text(LOCK_HOLDER)
-    process = subprocess.Popen(
-        [sys.executable, str(script), str(warehouse), str(hold_s)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-    )
-    try:
-        assert process.stdout is not None
-        assert process.stdout.readline().strip() == "holding"
-        yield process
-    finally:
-        assert process.stdin is not None
-        process.stdin.close()
-        process.wait(timeout=60)
+    return holding_process(tmp_path / "hold_writer_lock.py", LOCK_HOLDER, warehouse, hold_s)
 
 
 def test_a_writer_waits_for_the_lock_another_process_holds_saying_so_once(

@@ -6,15 +6,13 @@ Real processes: a writer holding the lock, and `deepsummit ingest` as a person r
 from __future__ import annotations
 
 import os
-import queue
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 from flows_fixtures import as_environment, isolated_paths, write_bundle_slice
-from services_fixtures import free_port
+from services_fixtures import free_port, output_lines
 
 from deepsummit.core.sections import PROJECT_ROOT
 from deepsummit.core.warehouse import lock_file
@@ -33,20 +31,6 @@ with writer_lock(warehouse, "the ingest stage of a deployment run", print):
     print("interleaved" if warehouse.exists() else "alone", flush=True)
 """
 STARTUP_TIMEOUT_S = 300  # the command's imports and its temporary Prefect server, on a busy machine
-
-
-def _lines(process: subprocess.Popen[str]) -> queue.Queue[str | None]:
-    """The process's output, line by line as it comes (None once it has closed)."""
-    lines: queue.Queue[str | None] = queue.Queue()
-
-    def read() -> None:
-        assert process.stdout is not None
-        for line in process.stdout:
-            lines.put(line.rstrip("\n"))
-        lines.put(None)
-
-    threading.Thread(target=read, daemon=True).start()
-    return lines
 
 
 def test_a_command_without_its_server_waits_for_the_writer_in_and_says_so(
@@ -78,7 +62,7 @@ def test_a_command_without_its_server_waits_for_the_writer_in_and_says_so(
     )
     waiting = f"waiting for {lock_file(warehouse)}: "
     try:
-        output = _lines(command)
+        output = output_lines(command)
         seen: list[str] = []
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while not any(waiting in line for line in seen):

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from flows_fixtures import as_environment, isolated_paths, write_bundle_slice
-from services_fixtures import STARTUP_TIMEOUT_S, free_port
+from services_fixtures import STARTUP_TIMEOUT_S, free_port, output_lines
 
 from deepsummit.core.config import load_settings
 from deepsummit.core.sections import PROJECT_ROOT
@@ -92,17 +92,8 @@ def _start_prefect_server(settings: Any) -> None:
 def _command_output(process: subprocess.Popen[str]) -> Iterator[queue.Queue[str | None]]:
     """The process's output line by line as it comes (None once closed); the process killed
     if the block leaves it running."""
-    lines: queue.Queue[str | None] = queue.Queue()
-
-    def read() -> None:
-        assert process.stdout is not None
-        for line in process.stdout:
-            lines.put(line.rstrip("\n"))
-        lines.put(None)
-
-    threading.Thread(target=read, daemon=True).start()
     try:
-        yield lines
+        yield output_lines(process)
     finally:
         if process.poll() is None:
             process.kill()

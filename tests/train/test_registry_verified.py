@@ -160,6 +160,12 @@ def after_registering(monkeypatch: pytest.MonkeyPatch, then: Callable[[], None])
     monkeypatch.setattr(mlflow, "register_model", registered_then)
 
 
+def change_a_stored_file(stored: Path) -> None:
+    """One byte more in the stored calibration map: the same map, other files."""
+    calibration = stored / "calibration.json"
+    calibration.write_text(calibration.read_text().replace('"method"', '"method" ', 1))
+
+
 def test_a_version_whose_stored_files_changed_after_registering_is_not_promoted(
     trained_registry: TrainedRegistry,
     server: Settings,
@@ -168,8 +174,7 @@ def test_a_version_whose_stored_files_changed_after_registering_is_not_promoted(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     registered = register(trained_registry, mlflow_config, tmp_path / ARTIFACT_NAME)
-    calibration = stored_files(server, mlflow_config, registered.version) / "calibration.json"
-    calibration.write_text(calibration.read_text().replace('"method"', '"method" ', 1))
+    change_a_stored_file(stored_files(server, mlflow_config, registered.version))
 
     caplog.set_level(logging.INFO, logger="deepsummit")
     client = MlflowClient(mlflow_config.tracking_uri)
@@ -198,9 +203,7 @@ def test_files_changed_before_the_digest_is_recorded_are_not_the_trained_ones(
         [version] = MlflowClient(mlflow_config.tracking_uri).search_model_versions(
             f"name = '{mlflow_config.registered_model}'"
         )
-        stored = stored_files(server, mlflow_config, str(version.version))
-        calibration = stored / "calibration.json"
-        calibration.write_text(calibration.read_text().replace('"method"', '"method" ', 1))
+        change_a_stored_file(stored_files(server, mlflow_config, str(version.version)))
 
     after_registering(monkeypatch, change_stored_files)
     registered = register(trained_registry, mlflow_config, tmp_path / ARTIFACT_NAME)
