@@ -41,7 +41,7 @@ def test_the_copy_is_kept_checked_and_mended(
         raise AssertionError("downloaded again")
 
     with monkeypatch.context() as patched:
-        patched.setattr(champion, "_download", no_download)
+        patched.setattr(champion, "download_folder", no_download)
         assert verified_copy(uri, version, tmp_path) == first  # the kept copy, not a download
 
     calibration.write_text(registered.replace('"method"', '"method" ', 1))  # changed on disk

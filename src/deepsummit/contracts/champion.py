@@ -19,6 +19,7 @@ import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -207,36 +208,43 @@ def verified_copy(
         folder = cache_dir / registry / version.name / f"v{version.version}"
         if expected is not None and folder.is_dir() and files_digest(folder) == expected:
             return folder
-    _download(tracking_uri, version, folder)
-    found = files_digest(folder)
-    if expected is None or found != expected:
-        shutil.rmtree(folder, ignore_errors=True)  # nothing unverified is left to be loaded
-        raise ModelFilesChanged(
-            f"{version.name} v{version.version}: its files' sha256 is {found[:12]}, registered "
-            f"{(expected or 'none')[:12]}: not loaded"
-        )
+
+    def check(staged: Path) -> None:  # nothing unverified is left to be loaded
+        found = files_digest(staged)
+        if expected is None or found != expected:
+            raise ModelFilesChanged(
+                f"{version.name} v{version.version}: its files' sha256 is {found[:12]}, "
+                f"registered {(expected or 'none')[:12]}: not loaded"
+            )
+
+    download_folder(tracking_uri, f"models:/{version.name}/{version.version}", folder, check)
     return folder
 
 
-def _download(tracking_uri: str, version: RegisteredVersion, folder: Path) -> None:
-    """The version's files into `folder` (replacing what is there), downloaded beside it first:
-    a process that reads the cache meanwhile sees the old folder or the whole new one."""
+def download_folder(
+    tracking_uri: str, artifact_uri: str, folder: Path, check: Callable[[Path], None]
+) -> None:
+    """`artifact_uri`'s files into `folder` (replacing what is there), downloaded beside it and
+    passed to `check` first (which raises to refuse them: then nothing is left in `folder`), so
+    that a process reading `folder` meanwhile sees the old copy or the whole new one."""
     import mlflow
 
-    mlflow.set_tracking_uri(tracking_uri)  # models:/ URIs resolve through the global registry
+    # models:/ and runs:/ URIs resolve through the global tracking URI
+    mlflow.set_tracking_uri(tracking_uri)
     folder.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
     try:
-        mlflow.artifacts.download_artifacts(
-            artifact_uri=f"models:/{version.name}/{version.version}", dst_path=str(staging)
+        local = Path(
+            mlflow.artifacts.download_artifacts(artifact_uri=artifact_uri, dst_path=str(staging))
         )
-        shutil.rmtree(folder, ignore_errors=True)
+        shutil.rmtree(folder, ignore_errors=True)  # stale: it is why this downloads
+        check(local)
         try:
-            staging.rename(folder)
+            local.rename(folder)
         except OSError:
             if not folder.is_dir():
                 raise
-            # Another process put its download there meanwhile: checked like this one would be.
+            # Another process put its checked download there meanwhile.
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
