@@ -161,6 +161,20 @@ def writer_lock(warehouse: Path, holder: str, waiting: Callable[[str], None]) ->
 
 
 @contextmanager
+def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    """One DuckDB transaction: committed when the block ends, rolled back when it raises. A
+    commit that fails (a full disk) rolls back by itself; rolling it back again would hide its
+    error behind "no transaction is active"."""
+    con.begin()
+    try:
+        yield
+    except BaseException:
+        con.rollback()
+        raise
+    con.commit()
+
+
+@contextmanager
 def registered(con: duckdb.DuckDBPyConnection, **frames: pl.DataFrame) -> Iterator[None]:
     """Each frame as a view named by its keyword, for the statements of the block."""
     for name, frame in frames.items():

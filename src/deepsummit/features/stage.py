@@ -35,7 +35,14 @@ from deepsummit.core.config import Settings
 from deepsummit.core.context import RunContext
 from deepsummit.core.errors import PipelineError, disk_space_for
 from deepsummit.core.sections import FeaturesConfig, SplitYears
-from deepsummit.core.warehouse import connect, frame_digest, query, registered, run
+from deepsummit.core.warehouse import (
+    connect,
+    frame_digest,
+    query,
+    registered,
+    run,
+    transaction,
+)
 from deepsummit.features.attempts import (
     build_attempts,
     exclusion_counts,
@@ -112,12 +119,11 @@ def build_features(settings: Settings, context: RunContext) -> FeaturesReport:
     """Build the features from the clean tables of the warehouse and write the snapshot."""
     config = settings.features
     source = settings.weather.source
-    with connect(settings.paths.warehouse) as con:
-        # One transaction: this build's tables replace the previous build's all together at the
-        # commit, once they pass their checks. A build killed or failed before it leaves the
-        # previous ones whole (DuckDB rolls back what was not committed, at close or at the next
-        # open), never a new `attempts` table beside an old `features` table.
-        con.begin()
+    # One transaction: this build's tables replace the previous build's all together at the
+    # commit, once they pass their checks. A build killed or failed before it leaves the
+    # previous ones whole (DuckDB rolls back what was not committed, at close or at the next
+    # open), never a new `attempts` table beside an old `features` table.
+    with connect(settings.paths.warehouse) as con, transaction(con):
         build_history(con)
         split = config.split.years(newest_dated_year(con))
         windows = build_attempts(con, config, source, split.test_until)
@@ -139,7 +145,6 @@ def build_features(settings: Settings, context: RunContext) -> FeaturesReport:
         planned_test = planned_attempts(con, test_keys, source)
         _check_counts(records, features.height, excluded)
         validate_features(features, context.run_dir)
-        con.commit()
 
     digest = frame_digest(features)
     snapshot_digest = _snapshot_digest(digest, windows, history, config)

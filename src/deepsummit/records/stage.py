@@ -207,29 +207,27 @@ def _write(
     counts and the clean tables as stored."""
     warehouse.run(con, "ingest_create_tables")
     warehouse.run(con, "quarantine_create_table")
-    con.begin()
-    try:
-        _refuse_shrinking(con, raws, incoming, guards)
-        for table in TABLES:
-            raw = raws[table]
-            _register(con, "incoming_raw", _raw_rows(raw))
-            con.execute(warehouse.sql("ingest_replace_raw").format(raw_table=raw.layout.name))
-            _register(con, "incoming_clean", incoming[table])
-            con.execute(warehouse.sql("ingest_replace_clean").format(clean_table=table))
-        _register(
-            con, "incoming_quarantine", pl.concat([_quarantine(raws[t], splits[t]) for t in TABLES])
-        )
-        _register(con, "incoming_scope", pl.DataFrame({"table_name": list(TABLES)}))
-        warehouse.run(con, "ingest_replace_quarantine")
-        counts = _verified_counts(con, raws)
-        stored = {table: con.sql(f'SELECT * FROM "{table}"').pl() for table in TABLES}
-    except BaseException:
-        con.rollback()
-        raise
-    finally:
-        for name in ("incoming_raw", "incoming_clean", "incoming_quarantine", "incoming_scope"):
-            con.unregister(name)
-    con.commit()  # a commit that fails (a full disk) rolls back by itself
+    with warehouse.transaction(con):
+        try:
+            _refuse_shrinking(con, raws, incoming, guards)
+            for table in TABLES:
+                raw = raws[table]
+                _register(con, "incoming_raw", _raw_rows(raw))
+                con.execute(warehouse.sql("ingest_replace_raw").format(raw_table=raw.layout.name))
+                _register(con, "incoming_clean", incoming[table])
+                con.execute(warehouse.sql("ingest_replace_clean").format(clean_table=table))
+            _register(
+                con,
+                "incoming_quarantine",
+                pl.concat([_quarantine(raws[t], splits[t]) for t in TABLES]),
+            )
+            _register(con, "incoming_scope", pl.DataFrame({"table_name": list(TABLES)}))
+            warehouse.run(con, "ingest_replace_quarantine")
+            counts = _verified_counts(con, raws)
+            stored = {table: con.sql(f'SELECT * FROM "{table}"').pl() for table in TABLES}
+        finally:
+            for name in ("incoming_raw", "incoming_clean", "incoming_quarantine", "incoming_scope"):
+                con.unregister(name)
     return counts, stored
 
 

@@ -15,7 +15,14 @@ from pandera.api.polars.types import PolarsData
 
 from deepsummit.core.errors import disk_space_for
 from deepsummit.core.inputs import WEATHER_VARIABLES
-from deepsummit.core.warehouse import database_file, frame_digest, query, registered, run
+from deepsummit.core.warehouse import (
+    database_file,
+    frame_digest,
+    query,
+    registered,
+    run,
+    transaction,
+)
 
 # History sources, and a forecast as `forecast@<issue time>` (deepsummit/weather/forecast.py).
 SOURCE_PATTERN = r"^(archive|open-meteo|forecast@\d{4}-\d{2}-\d{2}T\d{2}:\d{2}Z)$"
@@ -140,19 +147,13 @@ def store_batch(
     the others, and the rows the caller `refused` (the same columns and a `reason`). One
     transaction, so a batch is stored whole or not at all."""
     valid, rejected = split_valid(batch)
-    with disk_space_for("a batch of weather rows", database_file(con)):
-        con.begin()
-        try:
-            if not valid.is_empty():
-                with registered(con, weather_batch=valid.select(STORED_COLUMNS)):
-                    run(con, "weather_upsert")
-            quarantined = quarantine(con, rejected)
-            if refused is not None:
-                quarantined += quarantine(con, refused)
-        except BaseException:
-            con.rollback()
-            raise
-        con.commit()  # a commit that fails (a full disk) rolls back by itself
+    with disk_space_for("a batch of weather rows", database_file(con)), transaction(con):
+        if not valid.is_empty():
+            with registered(con, weather_batch=valid.select(STORED_COLUMNS)):
+                run(con, "weather_upsert")
+        quarantined = quarantine(con, rejected)
+        if refused is not None:
+            quarantined += quarantine(con, refused)
     return StoreResult(stored=valid.height, quarantined=quarantined)
 
 
