@@ -285,7 +285,7 @@ class DriftConfig(Section):
 
 class TrainConfig(Section):
     # The snapshot's content enters the cache key as the train stage's input, not as a path.
-    OPERATIONAL = frozenset({"checkpoint_dir", "snapshot"})
+    OPERATIONAL = frozenset({"checkpoint_dir", "checkpoint_upload_every", "snapshot"})
 
     learning_rate: float = 1e-4
     weight_decay: float = 0.05
@@ -329,6 +329,10 @@ class TrainConfig(Section):
     # its epochs there).
     member_check_years: int = Field(2, ge=1)
     checkpoint_dir: ProjectPath = Path("var/checkpoints")
+    # The train stage's checkpoint also goes to the MLflow tracking server after every this many
+    # epochs (and after the last), so the training, rescheduled on a worker sharing no disk,
+    # resumes from it (deepsummit/train/checkpoint_store.py); 0 or None = never.
+    checkpoint_upload_every: int | None = Field(1, ge=0)
     # The features snapshot folder to train on; None = the newest under features.features_dir.
     snapshot: ProjectPath | None = None
 

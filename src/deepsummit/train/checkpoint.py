@@ -93,10 +93,18 @@ UNREADABLE_CHECKPOINT = (EOFError, OSError, RuntimeError, ValueError, pickle.Unp
 
 
 def resume(
-    checkpoint: Path, fresh: TrainingState, model, averaged, optimizer, scheduler, scaler
+    checkpoint: Path,
+    fresh: TrainingState,
+    model,
+    averaged,
+    optimizer,
+    scheduler,
+    scaler,
+    origin: str | None = None,
 ) -> TrainingState:
     """`fresh` with the progress of `checkpoint`, and the training parts loaded from it; `fresh`
-    itself when the file is unreadable or of another configuration."""
+    itself when the file is unreadable or of another configuration. `origin`: where the file
+    came from, when not from this disk (the URI of an upload), for the log line."""
     try:
         saved = load_tensors(checkpoint)
     except UNREADABLE_CHECKPOINT as error:
@@ -118,7 +126,7 @@ def resume(
     torch.set_rng_state(saved["torch_rng"])
     if saved["cuda_rng"] is not None and torch.cuda.is_available():
         torch.cuda.set_rng_state(saved["cuda_rng"])
-    logger.info("resuming from %s after epoch %d", checkpoint, saved["epoch"])
+    logger.info("resuming from %s after epoch %d", origin or checkpoint, saved["epoch"])
     return replace(
         fresh,
         epoch=saved["epoch"],

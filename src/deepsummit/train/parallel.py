@@ -9,6 +9,7 @@ vanishes behind the transformer's.
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 from collections.abc import Iterator
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
@@ -173,7 +174,7 @@ def train_recipe(
                 newest_preprocessor.categorical_cardinalities,
                 cores.baselines,
             )
-            own = Recipe(recipe.architecture, cores.transformer)
+            own = dataclasses.replace(recipe, training=cores.transformer)
             check = member_check(
                 own, check_inputs(own, rows, windows, template, cutoff),
                 checkpoints / "member-check", *part(0, "member check", "member_check_"),

@@ -31,7 +31,7 @@ from deepsummit.core.config import Settings
 from deepsummit.core.context import Progress, no_progress
 from deepsummit.core.errors import PipelineError
 from deepsummit.core.seasons import newest_season
-from deepsummit.core.sections import TrainConfig
+from deepsummit.core.sections import MlflowConfig, TrainConfig
 from deepsummit.model.config import ModelConfig
 from deepsummit.serve.inference import ensemble_logit, ensemble_probability, member_logits
 from deepsummit.train.baselines import ModelPredictions
@@ -45,14 +45,19 @@ EpochLog = Callable[[EpochRecord, str], None]
 
 @dataclass(frozen=True)
 class Recipe:
-    """The architecture and how it is trained: a profile's `model` and `train` sections."""
+    """The architecture and how it is trained: a profile's `model` and `train` sections; and
+    the MLflow tracking server each training's checkpoint is uploaded to (None: it stays on
+    this disk), so a training rescheduled elsewhere resumes (deepsummit/train/trainer.py)."""
 
     architecture: ModelConfig
     training: TrainConfig
+    upload_checkpoints_to: MlflowConfig | None = None
 
     @classmethod
-    def of(cls, settings: Settings) -> Recipe:
-        return cls(settings.model, settings.train)
+    def of(cls, settings: Settings, upload_checkpoints: bool = False) -> Recipe:
+        """The profile's recipe; with `upload_checkpoints`, its trainings' checkpoints go to
+        the settings' tracking server too (`train.checkpoint_upload_every`)."""
+        return cls(settings.model, settings.train, settings.mlflow if upload_checkpoints else None)
 
     def with_training(self, **changes: Any) -> Recipe:
         """The same recipe with some training settings changed (threads, seed)."""
@@ -103,6 +108,7 @@ def train_seeds(
                 checkpoints / f"seed-{seed}",
                 epoch_reporter(config, offset, progress, epoch_log),
                 epochs=None if epochs is None else epochs[seed],
+                upload_to=recipe.upload_checkpoints_to,
             )
         )
     if epoch_log is not None:

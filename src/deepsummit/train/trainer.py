@@ -10,6 +10,9 @@ with every checkpoint.
 
 Checkpoints and weights are plain tensors written with `torch.save` and read back with
 `torch.load(weights_only=True)`, which refuses to unpickle anything but tensors and containers.
+Given an MLflow tracking server (`upload_to`), the checkpoint also goes there every
+`train.checkpoint_upload_every` epochs and after the last: a training rescheduled on a worker
+without the local file resumes from that upload (deepsummit/train/checkpoint_store.py).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from deepsummit.contracts.arrays import FeatureArrays
 from deepsummit.core.errors import PipelineError
-from deepsummit.core.sections import TrainConfig
+from deepsummit.core.sections import MlflowConfig, TrainConfig
 from deepsummit.model.config import ModelConfig
 from deepsummit.model.ensemble import EnsembleLinear
 from deepsummit.model.tokenizer import quantile_bin_edges
@@ -47,6 +50,7 @@ from deepsummit.train.checkpoint import (
     resume,
     save_checkpoint,
 )
+from deepsummit.train.checkpoint_store import UploadedCheckpoint, training_key
 
 logger = logging.getLogger(__name__)
 
@@ -305,8 +309,10 @@ def train_model(
     checkpoint_dir: Path,
     on_epoch_end: EpochCallback | None = None,
     epochs: int | None = None,
+    upload_to: MlflowConfig | None = None,
 ) -> TrainResult:
-    """Train (or resume from `checkpoint_dir/last.pt`) and return the kept epoch's model.
+    """Train (or resume from `checkpoint_dir/last.pt`, else from the checkpoint this training
+    uploaded to `upload_to`'s tracking server) and return the kept epoch's model.
 
     Without `validation` (a refit on every season) nothing is judged: the model trains the
     first `epochs` epochs of the `max_epochs` schedule and keeps the last."""
@@ -316,8 +322,17 @@ def train_model(
     parts = _parts(config, train_config, len(train), device)
     state = TrainingState(signature=checkpoint_signature(config, train_config, len(train), epochs))
     checkpoint = checkpoint_dir / CHECKPOINT_FILE
+    every = train_config.checkpoint_upload_every
+    uploaded = (
+        UploadedCheckpoint(
+            upload_to, training_key(state.signature, train, validation), state.signature
+        )
+        if upload_to is not None and every
+        else None
+    )
+    origin = uploaded.fetch(checkpoint) if uploaded and not checkpoint.exists() else None
     if checkpoint.exists():
-        state = resume(checkpoint, state, *parts.checkpointed())
+        state = resume(checkpoint, state, *parts.checkpointed(), origin=origin)
     resumed_from = state.epoch
     patience = train_config.patience if train_config.keep == "best" else math.inf
     while state.epoch < epochs and state.bad_epochs < patience:
@@ -339,6 +354,9 @@ def train_model(
         )
         _log_progress(train_config.seed, record, epochs, left)
         save_checkpoint(checkpoint, state.checkpoint(*parts.checkpointed(), device))
+        finished = state.epoch >= epochs or state.bad_epochs >= patience
+        if uploaded and (finished or state.epoch % every == 0):
+            uploaded.upload(checkpoint, state.epoch)
         if on_epoch_end is not None:
             on_epoch_end(record)
     parts.model.load_state_dict(state.best_state)
