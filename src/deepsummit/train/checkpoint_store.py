@@ -11,8 +11,9 @@ write. An upload cut short leaves the other slot, still named by the tag, whole;
 sha256 differs from the tag's is never resumed.
 
 The upload is a spare copy: a tracking server that does not answer, or fails, skips it with one
-log line and the training goes on from its local checkpoint. MLflow is imported only here, where
-it is used: the trainer runs on a bare GPU machine without it when nothing is uploaded.
+log line and the training goes on from its local checkpoint. MLflow and the HTTP client are
+imported only where used: the trainer runs on a bare GPU machine without them when nothing is
+uploaded.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ from pathlib import Path
 from typing import TypeVar
 
 from deepsummit.contracts.arrays import FeatureArrays
-from deepsummit.contracts.champion import registry_reachable
 from deepsummit.core.sections import MlflowConfig
 from deepsummit.train.checkpoint import CHECKPOINT_FILE
 
@@ -114,10 +114,15 @@ class UploadedCheckpoint:
     def _unless_failing(self, what: str, step: Callable[..., T], *args: object) -> T | None:
         """`step`, or None with one line when the server does not answer or the step fails:
         the upload is a spare copy, never a reason for a training to stop."""
+        # Imported here: what asks the server needs more than a bare GPU machine has.
+        from deepsummit.contracts.champion import registry_reachable
+        from deepsummit.train.tracking import bound_requests
+
         uri = self.config.tracking_uri
         if not registry_reachable(uri):
             logger.warning("%s skipped: MLflow tracking server %s is not answering", what, uri)
             return None
+        bound_requests(self.config)  # a server lost mid-upload: not MLflow's 4 minutes of retries
         try:
             return step(*args)
         except Exception as error:  # any failure of MLflow's client or of the server
