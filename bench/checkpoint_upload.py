@@ -92,7 +92,7 @@ def measure(
     checkpoint = folder / "worker-a" / CHECKPOINT_FILE
     signature = f"bench-{profile}-{time.time_ns()}"
     uploaded = UploadedCheckpoint(
-        settings.mlflow, training_key(signature, train, validation), signature
+        settings.mlflow, training_key(signature, train, validation), signature, profile
     )
     uploads, downloads = [], []
     for attempt in range(repeats):
@@ -100,7 +100,7 @@ def measure(
         uploaded.upload(checkpoint, epoch=attempt + 1)
         uploads.append(time.perf_counter() - started)
         started = time.perf_counter()
-        fetched = UploadedCheckpoint(uploaded.config, uploaded.key, signature).fetch(
+        fetched = UploadedCheckpoint(uploaded.config, uploaded.key, signature, profile).fetch(
             folder / f"worker-b-{attempt}" / CHECKPOINT_FILE
         )
         downloads.append(time.perf_counter() - started)

@@ -17,12 +17,14 @@ from pathlib import Path
 import pytest
 import torch
 from mlflow import MlflowClient
+from mlflow.entities import ViewType
 from services_fixtures import free_port, output_lines
 from synthetic import DIMENSIONS, synthetic_arrays
 
 from deepsummit.core.config import Settings, load_settings
 from deepsummit.services import health
 from deepsummit.services import supervisor as services
+from deepsummit.train.checkpoint_store import checkpoints_experiment, discard_uploads
 from deepsummit.train.trainer import train_model
 
 SOURCE = Path(__file__).resolve().parents[2]
@@ -36,6 +38,7 @@ import json, sys, time
 from pathlib import Path
 from synthetic import DIMENSIONS, synthetic_arrays
 from deepsummit.core.config import load_settings
+from deepsummit.train.checkpoint_store import checkpoints_experiment, discard_uploads
 from deepsummit.train.trainer import train_model
 
 overrides, checkpoints, killed = json.loads(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
@@ -196,3 +199,39 @@ def test_a_server_that_stops_answering_skips_the_upload_not_the_training(
         f"checkpoint upload of epoch {e} skipped: MLflow tracking server {uri} is not answering"
         for e in (2, 3)
     ]
+
+
+def test_the_uploads_under_a_folder_are_discarded_with_their_files(
+    server, splits, tmp_path: Path
+) -> None:
+    _, overrides = server
+    root = tmp_path / "checkpoints"
+
+    def seeded(seed: int) -> Settings:
+        train = {**overrides["train"], "seed": seed, "checkpoint_dir": str(root)}
+        return load_settings("tiny", {**overrides, "train": train})
+
+    settings = seeded(11)
+    fit(settings, splits, root / "stage-key" / "seed-11")
+    fit(seeded(12), splits, root / "stage-key-2" / "seed-12")  # another stage's: kept
+    client = MlflowClient(settings.mlflow.tracking_uri)
+    experiment = client.get_experiment_by_name(checkpoints_experiment(settings.mlflow))
+
+    def run_of(folder: str):
+        [run] = client.search_runs(
+            [experiment.experiment_id],
+            filter_string=f"tags.`deepsummit.checkpoint_folder` = '{folder}'",
+            run_view_type=ViewType.ALL,
+        )
+        return run
+
+    discarded, kept = run_of("stage-key/seed-11"), run_of("stage-key-2/seed-12")
+    assert client.list_artifacts(discarded.info.run_id, "checkpoints")
+
+    assert discard_uploads(settings.mlflow, "stage-key") == 1
+
+    assert client.get_run(discarded.info.run_id).info.lifecycle_stage == "deleted"
+    assert not client.list_artifacts(discarded.info.run_id, "checkpoints")
+    assert fit(settings, splits, tmp_path / "empty").resumed_from_epoch == 0
+    assert client.get_run(kept.info.run_id).info.lifecycle_stage == "active"
+    assert client.list_artifacts(kept.info.run_id, "checkpoints")

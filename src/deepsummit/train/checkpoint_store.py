@@ -43,6 +43,7 @@ SLOTS = ("a", "b")
 TAG_KEY = "deepsummit.checkpoint_key"
 TAG_SIGNATURE = "deepsummit.checkpoint_signature"
 TAG_UPLOADED = "deepsummit.checkpoint"  # {"epoch", "slot", "sha256"} of the last whole upload
+TAG_FOLDER = "deepsummit.checkpoint_folder"  # what `discard_uploads` finds it by
 
 
 def checkpoints_experiment(config: MlflowConfig) -> str:
@@ -59,6 +60,16 @@ def arrays_digest(arrays: FeatureArrays | None) -> str:
         digest.update(f"{field.name}:{values.shape}:{values.dtype}".encode())
         digest.update(memoryview(values.ravel(order="C")).cast("B"))
     return digest.hexdigest()
+
+
+def upload_folder(checkpoint_dir: Path, root: Path) -> str:
+    """The local checkpoint folder's name as every worker with the same settings calls it: its
+    path under `train.checkpoint_dir` (the train stage's `<key>/member-check/seed-42`), else
+    its own name."""
+    try:
+        return checkpoint_dir.resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return checkpoint_dir.name
 
 
 def training_key(signature: str, train: FeatureArrays, validation: FeatureArrays | None) -> str:
@@ -90,45 +101,53 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _unless_failing(
+    config: MlflowConfig, what: str, step: Callable[..., T], *args: object
+) -> T | None:
+    """`step`, or None with one line when the tracking server does not answer or the step
+    fails: an upload is a spare copy, never a reason for a training (or a stage) to stop."""
+    # Imported here: what asks the server needs more than a bare GPU machine has.
+    from deepsummit.contracts.champion import registry_reachable
+    from deepsummit.train.tracking import bound_requests
+
+    uri = config.tracking_uri
+    if not registry_reachable(uri):
+        logger.warning("%s skipped: MLflow tracking server %s is not answering", what, uri)
+        return None
+    bound_requests(config)  # a server lost mid-upload: not MLflow's 4 minutes of retries
+    try:
+        return step(*args)
+    except Exception as error:  # any failure of MLflow's client or of the server
+        reason = next(iter(str(error).strip().splitlines()), "")[:160]
+        logger.warning("%s skipped (%s: %s)", what, type(error).__name__, reason)
+        return None
+
+
 class UploadedCheckpoint:
     """One training's checkpoint on the tracking server of `config`: fetched once where no
     local one exists, uploaded after the epochs the trainer says."""
 
-    def __init__(self, config: MlflowConfig, key: str, signature: str) -> None:
+    def __init__(self, config: MlflowConfig, key: str, signature: str, folder: str) -> None:
         self.config = config
         self.key = key
         self.signature = signature
+        self.folder = folder  # the local checkpoint's folder (`upload_folder`)
         self._run_id: str | None = None  # the training's run, once found or created
 
     def fetch(self, destination: Path) -> str | None:
         """The newest whole upload of this training, checked against its sha256, written to
         `destination`; its URI, or None (nothing uploaded, a server that does not answer, a
         download that differs from what was uploaded: each said in one line)."""
-        return self._unless_failing("looking for an uploaded checkpoint", self._fetch, destination)
+        return _unless_failing(
+            self.config, "looking for an uploaded checkpoint", self._fetch, destination
+        )
 
     def upload(self, checkpoint: Path, epoch: int) -> None:
         """`checkpoint` (the local file, just written for `epoch`) into the slot the tag does
         not name, then the tag: a reader sees the previous upload or this whole one."""
-        self._unless_failing(f"checkpoint upload of epoch {epoch}", self._upload, checkpoint, epoch)
-
-    def _unless_failing(self, what: str, step: Callable[..., T], *args: object) -> T | None:
-        """`step`, or None with one line when the server does not answer or the step fails:
-        the upload is a spare copy, never a reason for a training to stop."""
-        # Imported here: what asks the server needs more than a bare GPU machine has.
-        from deepsummit.contracts.champion import registry_reachable
-        from deepsummit.train.tracking import bound_requests
-
-        uri = self.config.tracking_uri
-        if not registry_reachable(uri):
-            logger.warning("%s skipped: MLflow tracking server %s is not answering", what, uri)
-            return None
-        bound_requests(self.config)  # a server lost mid-upload: not MLflow's 4 minutes of retries
-        try:
-            return step(*args)
-        except Exception as error:  # any failure of MLflow's client or of the server
-            reason = next(iter(str(error).strip().splitlines()), "")[:160]
-            logger.warning("%s skipped (%s: %s)", what, type(error).__name__, reason)
-            return None
+        _unless_failing(
+            self.config, f"checkpoint upload of epoch {epoch}", self._upload, checkpoint, epoch
+        )
 
     def _fetch(self, destination: Path) -> str | None:
         import mlflow
@@ -206,7 +225,7 @@ class UploadedCheckpoint:
         )
         if runs:
             return runs[0].info.run_id
-        tags = {TAG_KEY: self.key, TAG_SIGNATURE: self.signature}
+        tags = {TAG_KEY: self.key, TAG_SIGNATURE: self.signature, TAG_FOLDER: self.folder}
         run = client.create_run(experiment_id, tags=tags, run_name=f"checkpoint-{self.key}")
         return run.info.run_id
 
@@ -222,3 +241,34 @@ def _create_experiment(client, name: str) -> str:
         if experiment is None:
             raise
         return experiment.experiment_id
+
+
+def discard_uploads(config: MlflowConfig, folder: str) -> int:
+    """Delete the uploaded checkpoints of the trainings whose local folder is `folder` or under
+    it (their files, then their runs), once what they trained is safe elsewhere: the train stage
+    calls it with its checkpoint folder's name after registering. How many were deleted; 0 with
+    one line when the server does not answer (they stay until the next call)."""
+    return _unless_failing(config, f"discarding the checkpoints uploaded under {folder}",
+                           _discard, config, folder) or 0  # fmt: skip
+
+
+def _discard(config: MlflowConfig, folder: str) -> int:
+    import mlflow
+    from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
+
+    client = mlflow.MlflowClient(config.tracking_uri)
+    experiment = client.get_experiment_by_name(checkpoints_experiment(config))
+    if experiment is None:
+        return 0
+    runs = [
+        run
+        for run in client.search_runs(
+            [experiment.experiment_id], filter_string=f"tags.`{TAG_FOLDER}` LIKE '{folder}%'"
+        )
+        if run.data.tags[TAG_FOLDER] == folder or run.data.tags[TAG_FOLDER].startswith(f"{folder}/")
+    ]
+    for run in runs:
+        artifacts = get_artifact_repository(run.info.artifact_uri, config.tracking_uri)
+        artifacts.delete_artifacts(ARTIFACT_DIR)
+        client.delete_run(run.info.run_id)
+    return len(runs)

@@ -50,7 +50,7 @@ from deepsummit.train.checkpoint import (
     resume,
     save_checkpoint,
 )
-from deepsummit.train.checkpoint_store import UploadedCheckpoint, training_key
+from deepsummit.train.checkpoint_store import UploadedCheckpoint, training_key, upload_folder
 
 logger = logging.getLogger(__name__)
 
@@ -325,7 +325,10 @@ def train_model(
     every = train_config.checkpoint_upload_every
     uploaded = (
         UploadedCheckpoint(
-            upload_to, training_key(state.signature, train, validation), state.signature
+            upload_to,
+            training_key(state.signature, train, validation),
+            state.signature,
+            upload_folder(checkpoint_dir, train_config.checkpoint_dir),
         )
         if upload_to is not None and every
         else None
