@@ -50,6 +50,7 @@ from deepsummit.core.context import REGISTRY, RunContext
 from deepsummit.core.planned import KEY_COLUMNS
 from deepsummit.core.warehouse import frame_digest
 from deepsummit.drift.monitor import training_profile
+from deepsummit.train.checkpoint_store import discard_uploads
 from deepsummit.train.comparison import TRANSFORMER, Comparison
 from deepsummit.train.evaluation import Evaluation, HeldOut, evaluate
 from deepsummit.train.member_groups import ALL_PEAKS
@@ -191,8 +192,9 @@ def train_and_register(
     with training_run(run_tags(settings, context, data)) as run:
         log_inputs(settings, data)
         trained = train_recipe(
-            Recipe.of(settings), data.directory, data.snapshot, data.windows,
-            data.preprocessor, checkpoints, context.progress, guarded_epoch_log(settings.mlflow),
+            Recipe.of(settings, upload_checkpoints=True), data.directory, data.snapshot,
+            data.windows, data.preprocessor, checkpoints, context.progress,
+            guarded_epoch_log(settings.mlflow),
         )  # fmt: skip
         # The map the registered model carries, fitted once on the whole member check.
         calibrator = trained.check.calibrator(settings.train.calibration)
@@ -215,7 +217,9 @@ def train_and_register(
             artifact,
         )
         decision = gate_version(settings, context, data, registered, trained, evaluation)
-    shutil.rmtree(checkpoints, ignore_errors=True)  # the model is safe in the registry now
+    # The model is safe in the registry now: its checkpoints, here and uploaded, can go.
+    shutil.rmtree(checkpoints, ignore_errors=True)
+    discard_uploads(settings.mlflow, checkpoints.name)
     return train_report(
         settings, data, trained, calibrator, evaluation, decision, run, registered.version
     )
