@@ -285,7 +285,7 @@ class DriftConfig(Section):
 
 class TrainConfig(Section):
     # The snapshot's content enters the cache key as the train stage's input, not as a path.
-    OPERATIONAL = frozenset({"checkpoint_dir", "checkpoint_upload_every", "snapshot"})
+    OPERATIONAL = frozenset({"checkpoint_dir", "checkpoint_upload_every", "snapshot", "deployment"})
 
     learning_rate: float = 1e-4
     weight_decay: float = 0.05
@@ -338,6 +338,10 @@ class TrainConfig(Section):
     checkpoint_upload_every: int | None = Field(5, ge=0)
     # The features snapshot folder to train on; None = the newest under features.features_dir.
     snapshot: ProjectPath | None = None
+    # Where `summit/train` trains: a flow run of this deployment (prefect.yaml), on its work pool,
+    # fed the features snapshot by URI; in the chain's own process when it is None, or when the
+    # deployment, its pool or an online worker on it is missing (said in one line).
+    deployment: str | None = "summit-train/local"
 
 
 class MlflowConfig(Section):

@@ -246,6 +246,9 @@ class Chain:
     produced: dict[str, State] = field(default_factory=dict)
     reports: dict[str, Any] = field(default_factory=dict)
     lineage: list[LineageRow] = field(default_factory=list)
+    # What the settings were loaded from: a stage run as another flow run loads the same.
+    profile: str | None = None
+    overrides: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def start(cls, profile: str | None, overrides: dict[str, Any]) -> Chain:
@@ -253,9 +256,13 @@ class Chain:
         run_dir = settings.paths.runs_dir / str(flow_run.get_id() or "local")
         run_dir.mkdir(parents=True, exist_ok=True)
         exclusive = functools.partial(slot, lease_s=settings.services.slot_lease_s)
-        return cls(
-            settings, RunContext(run_dir=run_dir, tags=run_tags(settings), exclusive=exclusive)
-        )
+        context = RunContext(run_dir=run_dir, tags=run_tags(settings), exclusive=exclusive)
+        return cls(settings, context, profile=profile, overrides=overrides)
+
+    def adopt(self, stage: Stage, report: Any, lineage: list[LineageRow]) -> None:
+        """Take the report and lineage rows of `stage` run by another flow run as this chain's."""
+        self.reports[stage.name] = report
+        self.lineage.extend(lineage)
 
     def _require_inputs(self, stage: Stage) -> None:
         for name in stage.reads:

@@ -29,8 +29,10 @@ from deepsummit.flows.stages import (
     OUTLOOK_CHAIN,
     REPLAY_CHAIN,
     STAGES,
+    TRAIN,
     Stage,
 )
+from deepsummit.flows.training import train_in_deployment, training_deployment
 
 LINEAGE_ARTIFACT = "deepsummit-lineage"
 SUMMARY_ARTIFACT = "deepsummit-run-summary"
@@ -86,7 +88,9 @@ def summit(
     options: RunOptions | None = None,
     overrides: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Ingest → weather → features → train and register; every stage cached on its inputs.
+    """Ingest → weather → features → train and register → drift; every stage cached on its
+    inputs. Training runs as a child flow run of the deployment `train.deployment` where a
+    worker of its pool is online, in this flow run otherwise.
 
     Args:
         profile: settings profile of deepsummit.toml (cpu, base, tiny); blank = the file's default.
@@ -97,7 +101,10 @@ def summit(
     """
     chain = start_chain(profile, options, overrides)
     for stage in CHAIN:
-        chain.run_stage(stage)
+        if stage is TRAIN and (deployment := training_deployment(chain.settings)):
+            train_in_deployment(chain, deployment)
+        else:
+            chain.run_stage(stage)
     return publish(chain)
 
 

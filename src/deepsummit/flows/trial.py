@@ -8,7 +8,6 @@ parameters: the study is the one record of what each trial is.
 from __future__ import annotations
 
 from dataclasses import asdict
-from pathlib import Path
 from typing import Any
 
 from prefect import flow
@@ -17,6 +16,7 @@ from prefect.blocks.system import Secret
 from deepsummit.core.config import Settings, load_settings
 from deepsummit.core.errors import BadInput
 from deepsummit.flows.runner import run_tags
+from deepsummit.flows.training import fetched_snapshot
 
 
 def with_study_storage(settings: Settings) -> Settings:
@@ -39,7 +39,8 @@ def with_study_storage(settings: Settings) -> Settings:
 @flow(name="summit-trial", log_prints=True)
 def trial(
     trial_number: int,
-    features_dir: str,
+    snapshot_uri: str,
+    snapshot_digest: str,
     parent_run_id: str,
     profile: str | None = None,
     overrides: dict[str, Any] | None = None,
@@ -50,7 +51,10 @@ def trial(
 
     Args:
         trial_number: the trial's number in the study (asked for by summit/tune).
-        features_dir: the features folder built by summit/tune (readable by this worker).
+        snapshot_uri: where summit/tune published its features snapshot (fetched into this
+            worker's cache).
+        snapshot_digest: the sha256 of the snapshot's files; a download of other files is
+            refused.
         parent_run_id: the search's MLflow run; this trial logs as its child.
         profile: settings profile of deepsummit.toml the search runs with.
         overrides: the search's settings overrides, nested as in deepsummit.toml.
@@ -58,8 +62,7 @@ def trial(
     from deepsummit.train.trial import run_trial  # torch and MLflow load only when a trial runs
 
     settings = with_study_storage(load_settings(profile, overrides or {}))
-    outcome = run_trial(
-        settings, Path(features_dir), trial_number, parent_run_id, run_tags(settings)
-    )
+    snapshot = fetched_snapshot(settings, snapshot_uri, snapshot_digest)
+    outcome = run_trial(settings, snapshot, trial_number, parent_run_id, run_tags(settings))
     print(f"trial {outcome.number}: {outcome.state}, validation AUC {outcome.value:.4f}")
     return asdict(outcome)

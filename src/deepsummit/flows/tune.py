@@ -1,13 +1,15 @@
 """The hyperparameter search, deployed as `summit/tune` (the flow is named `summit` like the
 training chain, so both deployments sit under one flow in the UI).
 
-It builds the features through the same cached stages as `summit/train`, then asks the Optuna
-study for trials and runs each one as a flow run of the trial deployment (`run_deployment`), at
-most `tune.concurrency` at a time, so the trials spread over every worker of that deployment's
-work pool. A trial's flow run tells the study its own result; a flow run that crashed, failed or
-never finished (a lost worker) leaves its trial running, and this flow marks it failed and goes
-on. Finally the best configuration is saved as a profile and trained, registered and gated by
-the training deployment itself (`tune.final_deployment`, `summit/train` by default).
+It builds the features through the same cached stages as `summit/train` and publishes the
+snapshot to the MLflow server (each trial fetches it by URI, on whichever machine), then asks the
+Optuna study for trials and runs each one as a flow run of the trial deployment
+(`run_deployment`), at most `tune.concurrency` at a time, so the trials spread over every worker
+of that deployment's work pool. A trial's flow run tells the study its own result; a flow run
+that crashed, failed or never finished (a lost worker) leaves its trial running, and this flow
+marks it failed and goes on. Finally the best configuration is saved as a profile and trained,
+registered and gated by the training chain itself (`tune.final_deployment`, `summit/train` by
+default), which hands the snapshot to its training flow run by URI as well.
 """
 
 from __future__ import annotations
@@ -140,13 +142,15 @@ def tune(
         overrides: any other settings, nested as in deepsummit.toml.
     """
     from deepsummit.train import tuning
+    from deepsummit.train.snapshot_store import publish_snapshot
 
     merged = (options or RunOptions()).overrides(overrides)
     chain = start_chain(profile, None, merged)
     settings = with_study_storage(chain.settings)
     for stage in (INGEST, WEATHER):
         chain.run_stage(stage)
-    snapshot = chain.run_stage(FEATURES).directory  # the snapshot every trial trains on
+    # The snapshot every trial trains on, published for workers on other machines.
+    snapshot = publish_snapshot(settings.mlflow, chain.run_stage(FEATURES).directory)
 
     study = tuning.open_study(settings)
     parent_run_id = tuning.open_parent_run(settings, study, run_tags(settings))
@@ -155,7 +159,8 @@ def tune(
         trial_parameters = {
             "profile": profile,
             "overrides": merged,
-            "features_dir": str(snapshot),
+            "snapshot_uri": snapshot.uri,
+            "snapshot_digest": snapshot.digest,
         }
         flow_runs = asyncio.run(_search(settings, study, trial_parameters, parent_run_id))
         best = tuning.best_trial(study)

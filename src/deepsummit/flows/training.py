@@ -1,0 +1,139 @@
+"""The train stage as a flow run of its own: the flow `summit-train`, deployed once per work pool
+(`summit-train/local`, `summit-train/gpu` in prefect.yaml), which `summit/train` starts as its
+child and waits for.
+
+The chain hands the features snapshot over through the MLflow server, by URI and digest
+(deepsummit/train/snapshot_store.py), never through a disk: the training worker may be another
+machine. The training flow run fetches it into its own cache and runs the same cached stage task
+as an in-process chain would: the task's cache key holds the snapshot's content digest, not where
+it lies, so a rerun with nothing changed trains nothing wherever it runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, get_run_logger
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.objects import FlowRun, WorkerStatus
+from prefect.deployments import run_deployment
+from prefect.exceptions import ObjectNotFound
+from prefect.runtime import flow_run
+from prefect.settings import get_current_settings
+
+from deepsummit.core.config import Settings, deep_merge, load_settings
+from deepsummit.core.errors import PipelineError
+from deepsummit.flows.artifacts import LineageRow, link
+from deepsummit.flows.runner import Chain
+from deepsummit.flows.stages import TRAIN
+
+TRAINING_FLOW = "summit-train"
+# Under features.features_dir, beside the snapshots this machine builds (one level deeper, so
+# that `newest_features_dir` never takes a fetched copy for a snapshot built here).
+FETCHED_DIR = "fetched"
+
+
+@dataclass(frozen=True)
+class TrainingRun:
+    """What the training flow run hands back to the chain: the stage's report and its lineage
+    rows (the result Prefect persists for the flow run)."""
+
+    report: Any
+    lineage: list[LineageRow]
+
+
+def fetched_snapshot(settings: Settings, uri: str, digest: str) -> Path:
+    """The snapshot published at `uri`, checked against `digest`, in this worker's cache."""
+    from deepsummit.train.snapshot_store import fetch_snapshot
+
+    cache = settings.features.features_dir / FETCHED_DIR
+    return fetch_snapshot(settings.mlflow, uri, digest, cache)
+
+
+def training_deployment(settings: Settings) -> str | None:
+    """The deployment `train.deployment` where a worker can run it now; otherwise None, said in
+    one line (no such deployment, no such work pool, or no online worker on it)."""
+    name = settings.train.deployment
+    if name is None:
+        return None
+    with get_client(sync_client=True) as client:
+        try:
+            pool = client.read_deployment_by_name(name).work_pool_name
+        except ObjectNotFound:
+            return _in_process(f"no deployment {name!r}")
+        if pool is None:
+            return _in_process(f"deployment {name!r} has no work pool")
+        try:
+            client.read_work_pool(pool)
+        except ObjectNotFound:
+            return _in_process(f"no work pool {pool!r}")
+        workers = client.read_workers_for_work_pool(pool)
+    if not any(worker.status == WorkerStatus.ONLINE for worker in workers):
+        return _in_process(f"no worker on pool {pool!r}")
+    return name
+
+
+def _in_process(reason: str) -> None:
+    get_run_logger().warning("train: %s — training in this process", reason)
+    return None
+
+
+def flow_run_link(run: FlowRun) -> str:
+    """The flow run's name, linked to its page where the Prefect UI's address is known."""
+    ui = get_current_settings().ui_url
+    return link(f"flow run {run.name}", f"{ui}/runs/flow-run/{run.id}" if ui else None)
+
+
+def train_in_deployment(chain: Chain, deployment: str) -> None:
+    """Publish the chain's snapshot, run the train stage as a child flow run of `deployment`,
+    wait for it, and take its report and lineage rows as the chain's own."""
+    from deepsummit.train.snapshot_store import publish_snapshot
+
+    settings = chain.settings
+    published = publish_snapshot(settings.mlflow, chain.reports["features"].directory)
+    get_run_logger().info("train: on %s, snapshot %s", deployment, published.uri)
+    run = run_deployment(
+        deployment,
+        parameters={
+            "snapshot_uri": published.uri,
+            "snapshot_digest": published.digest,
+            "profile": chain.profile,
+            "overrides": chain.overrides,
+        },
+        flow_run_name=f"{flow_run.get_name() or 'local'}-train",
+        poll_interval=settings.services.worker_query_s,
+        tags=["deepsummit"],
+    )
+    state = run.state
+    if state is None or not state.is_completed():
+        ended = f"{state.name}: {state.message or 'no message'}" if state else "no state"
+        raise PipelineError(f"train: flow run {run.name} of {deployment} ended {ended}")
+    training: TrainingRun = state.result()
+    where = flow_run_link(run)
+    rows = [replace(row, links=f"{where} {row.links}".strip()) for row in training.lineage]
+    chain.adopt(TRAIN, training.report, rows)
+
+
+@flow(name=TRAINING_FLOW, log_prints=True, persist_result=True)
+def train_stage(
+    snapshot_uri: str,
+    snapshot_digest: str,
+    profile: str | None = None,
+    overrides: dict[str, Any] | None = None,
+) -> TrainingRun:
+    """Train, register and gate a model on the features snapshot published at `snapshot_uri`
+    (started by summit/train, whose child flow run it is).
+
+    Args:
+        snapshot_uri: where the chain published its features snapshot (runs:/<run id>/features).
+        snapshot_digest: the sha256 of its files; a download of other files is refused.
+        profile: settings profile of deepsummit.toml the chain runs with.
+        overrides: the chain's settings overrides, nested as in deepsummit.toml.
+    """
+    settings = load_settings(profile, overrides or {})
+    folder = fetched_snapshot(settings, snapshot_uri, snapshot_digest)
+    chain = Chain.start(profile, deep_merge(overrides or {}, {"train": {"snapshot": str(folder)}}))
+    chain.run_stage(TRAIN)
+    return TrainingRun(chain.reports[TRAIN.name], chain.lineage)
