@@ -1,6 +1,7 @@
 """End to end, as a user runs it: `deepsummit up`, `prefect deployment run summit/train` through
 the real Prefect server and worker, the MLflow registry, the asset events, the artifacts, the
 lineage and the model as the Prefect and MLflow UIs render them in headless Chromium, the
+training as a child flow run of the training deployment (summit-train/local), the
 schedule, the cache on a rerun, queueing of concurrent runs, and `deepsummit down` leaving no
 process behind. Services run on free ports with every file under a temporary folder."""
 
@@ -17,7 +18,12 @@ from typing import Any
 
 import pytest
 from e2e.browser import launch_browser
-from e2e.ui_checks import check_mlflow_model, check_mlflow_run, check_prefect_flow_run
+from e2e.ui_checks import (
+    check_mlflow_model,
+    check_mlflow_run,
+    check_prefect_flow_run,
+    check_run_artifacts,
+)
 from flows_fixtures import as_environment, isolated_paths, write_bundle_slice
 from mlflow import MlflowClient
 from openmeteo_server import OpenMeteoServer
@@ -29,13 +35,14 @@ from deepsummit.core.sections import PROJECT_ROOT
 from deepsummit.flows.resources import RESOURCES
 from deepsummit.flows.runner import progress_key
 from deepsummit.flows.stage_resource import source_asset
-from deepsummit.flows.stages import OUTLOOK_CHAIN, task_edges
+from deepsummit.flows.stages import CHAIN, OUTLOOK_CHAIN, TRAIN, task_edges
 from deepsummit.flows.summit import (
     DRIFT_ARTIFACT,
     LINEAGE_ARTIFACT,
     OUTLOOK_ARTIFACT,
     SUMMARY_ARTIFACT,
 )
+from deepsummit.flows.training import TRAINING_FLOW
 from deepsummit.serve.outlook import OUTLOOK_CHART_ALT
 from deepsummit.services import supervisor as services
 
@@ -110,8 +117,8 @@ class Stack:
             time.sleep(2)
         raise AssertionError(f"flow run {flow_run_id} not finished after {timeout_s} s")
 
-    def materialized(self, flow_run_id: str, timeout_s: float = 60) -> dict[str, set[str]]:
-        """Asset key → its upstream asset keys, from the run's materialisation events (the
+    def materialized(self, *flow_run_ids: str, timeout_s: float = 60) -> dict[str, set[str]]:
+        """Asset key → its upstream asset keys, from the runs' materialisation events (the
         server persists events in batches: wait until the model version's has arrived)."""
         deadline = time.monotonic() + timeout_s
         while True:
@@ -120,7 +127,7 @@ class Stack:
                 {
                     "filter": {
                         "event": {"name": ["prefect.asset.materialization.succeeded"]},
-                        "related": {"id": [f"prefect.flow-run.{flow_run_id}"]},
+                        "related": {"id": [f"prefect.flow-run.{i}" for i in flow_run_ids]},
                     },
                     "limit": 50,
                 },
@@ -142,6 +149,18 @@ class Stack:
     def task_states(self, flow_run_id: str) -> dict[str, str]:
         runs = self.post("/task_runs/filter", {"flow_runs": {"id": {"any_": [flow_run_id]}}})
         return {run["name"].rsplit("-", 1)[0]: run["state_name"] for run in runs}
+
+    def training_run(self, chain_run_id: str) -> dict[str, Any]:
+        """The one flow run of the training flow whose parent task run is in `chain_run_id`."""
+        runs = self.post("/flow_runs/filter", {"flows": {"name": {"any_": [TRAINING_FLOW]}}})
+        children = [
+            run
+            for run in runs
+            if run["parent_task_run_id"]
+            and self.get(f"/task_runs/{run['parent_task_run_id']}")["flow_run_id"] == chain_run_id
+        ]
+        assert len(children) == 1, [run["name"] for run in runs]
+        return children[0]
 
 
 def _gone(pid: int) -> bool:
@@ -207,20 +226,47 @@ def test_deployment_is_scheduled_nightly_and_runs_one_at_a_time(stack: Stack) ->
     assert deployment["work_pool_name"] == stack.settings.services.work_pool
 
 
-def test_the_run_completes_with_a_champion_in_the_registry(stack: Stack, first_run: str) -> None:
+@pytest.fixture(scope="module")
+def training_run(stack: Stack, first_run: str) -> dict[str, Any]:
+    return stack.training_run(first_run)
+
+
+def test_the_run_completes_with_a_champion_in_the_registry(
+    stack: Stack, first_run: str, training_run: dict[str, Any]
+) -> None:
     assert stack.get(f"/flow_runs/{first_run}")["state_type"] == "COMPLETED"
     client = MlflowClient(tracking_uri=stack.settings.mlflow.tracking_uri)
     champion = client.get_model_version_by_alias("deepsummit", "champion")
     assert champion.tags["champion_decision"] == "promoted"
     run = client.get_run(champion.run_id)
-    assert run.data.tags["prefect.flow_run_id"] == first_run
+    assert run.data.tags["prefect.flow_run_id"] == training_run["id"]
+
+
+def test_the_chain_trains_in_a_child_flow_run_of_the_training_deployment(
+    stack: Stack, first_run: str, training_run: dict[str, Any]
+) -> None:
+    """The chain started a flow run of summit-train/local on the local worker, as a child (its
+    parent task run is the chain's), fed the snapshot by URI; the lineage links that run."""
+    deployment = stack.get(f"/deployments/name/{stack.settings.train.deployment}")
+    assert deployment["work_pool_name"] == stack.settings.services.work_pool
+    assert training_run["deployment_id"] == deployment["id"]
+    assert training_run["state_type"] == "COMPLETED"
+    assert training_run["parameters"]["snapshot_uri"].startswith("runs:/")
+    assert set(stack.task_states(training_run["id"])) == {TRAIN.name, "model_version"}
+    assert set(stack.task_states(first_run)) == set(CHAIN_TASKS)
+    artifacts = stack.post(
+        "/artifacts/filter", {"artifacts": {"flow_run_id": {"any_": [first_run]}}}
+    )
+    (lineage,) = [a["data"] for a in artifacts if a["key"] == LINEAGE_ARTIFACT]
+    assert f"flow run {training_run['name']}" in lineage
+    assert f"/runs/flow-run/{training_run['id']}" in lineage
 
 
 def test_every_stage_emitted_its_asset_events_with_upstream_assets(
-    stack: Stack, first_run: str
+    stack: Stack, first_run: str, training_run: dict[str, Any]
 ) -> None:
     settings = stack.settings
-    upstream = stack.materialized(first_run)
+    upstream = stack.materialized(first_run, training_run["id"])
     members, weather, features, snapshot = (
         RESOURCES[name].assets(settings)[0].key
         for name in ("members", "weather_daily", "features", "features_snapshot")
@@ -246,18 +292,27 @@ def test_lineage_and_summary_artifacts_belong_to_the_run(stack: Stack, first_run
     assert "Decision" in by_key[SUMMARY_ARTIFACT]
 
 
-STAGES = ("ingest", "weather", "features", "train", "model_version", "drift")
+# The chain's own tasks: its stages but training, and the task standing for the training flow
+# run (named after the deployment); the training run's tasks: train and model_version.
+CHAIN_WITHOUT_TRAINING = tuple(stage for stage in CHAIN if stage is not TRAIN)
+CHAIN_TASKS = (
+    *(stage.name for stage in CHAIN_WITHOUT_TRAINING),
+    load_settings("tiny").train.deployment,  # the profile `first_run` names
+)
 DIGEST = re.compile(r"\b[0-9a-f]{16}\b")  # the lineage table shows 16-hex digest prefixes
 
 
 def test_lineage_and_model_are_readable_in_the_uis(
-    stack: Stack, first_run: str, tmp_path: Path
+    stack: Stack, first_run: str, training_run: dict[str, Any], tmp_path: Path
 ) -> None:
     """What a person sees in the browser: the run's stages, each asset's materialisation with
-    its upstream assets, the lineage artifact with digests and MLflow links; the champion
-    version on the registered model page and the run's metrics and plots."""
+    its upstream assets, the lineage artifact with digests and MLflow links, the training run's
+    progress; the champion version on the registered model page and the run's metrics and
+    plots."""
     mlflow_url = stack.settings.mlflow.tracking_uri
-    upstream = stack.materialized(first_run)
+    upstream = stack.materialized(first_run, training_run["id"])
+    model_keys = {key for key in upstream if key.startswith("mlflow://")}
+    chain_assets = {key: keys for key, keys in upstream.items() if key not in model_keys}
     lineage = stack.post("/artifacts/filter", {"artifacts": {"flow_run_id": {"any_": [first_run]}}})
     (lineage_markdown,) = [a["data"] for a in lineage if a["key"] == LINEAGE_ARTIFACT]
     champion = MlflowClient(tracking_uri=mlflow_url).get_model_version_by_alias(
@@ -270,17 +325,22 @@ def test_lineage_and_model_are_readable_in_the_uis(
             browser,
             stack.prefect,
             first_run,
-            expected_stages=STAGES,
-            expected_assets=upstream,
-            expected_edges=task_edges(),
+            expected_stages=CHAIN_TASKS,
+            expected_assets=chain_assets,
+            expected_edges=task_edges(CHAIN_WITHOUT_TRAINING),
             expected_artifacts={
                 LINEAGE_ARTIFACT: sorted(set(DIGEST.findall(lineage_markdown))),
                 DRIFT_ARTIFACT: ["Input drift"],
-                progress_key("train"): [f"train: {epochs} of {epochs} (refit on every season"],
             },
-            expected_links={LINEAGE_ARTIFACT: [mlflow_url]},
+            expected_links={LINEAGE_ARTIFACT: [mlflow_url, stack.prefect.ui_url]},
         )
-        assert set(events) == set(upstream)  # a card, with rows and digest, for every asset
+        assert set(events) == set(chain_assets)  # a card, with rows and digest, for every asset
+        check_run_artifacts(
+            browser,
+            stack.prefect,
+            training_run["id"],
+            {progress_key("train"): [f"train: {epochs} of {epochs} (refit on every season"]},
+        )
         run_id = check_mlflow_model(browser, mlflow_url, "deepsummit", champion.version)
         assert run_id == champion.run_id
         shown = check_mlflow_run(
@@ -307,11 +367,15 @@ def test_reruns_reuse_the_cache_and_queue_instead_of_overlapping(
     print(f"\ntwo reruns: {time.monotonic() - started:.1f} s")
     assert [run["state_type"] for run in runs] == ["COMPLETED", "COMPLETED"]
     # Nothing changed since the first run, which compared the newest season with the champion it
-    # made: every stage of both reruns is served from the cache.
+    # made: every stage of both reruns is served from the cache, training in its own flow run
+    # too (the chain's task standing for that run completes when it does).
     for run in runs:
         states = stack.task_states(run["id"])
-        assert set(states) == set(STAGES)
-        assert {name for name, state in states.items() if state != "Cached"} == set(), states
+        assert set(states) == set(CHAIN_TASKS)
+        computed = {name for name, state in states.items() if state != "Cached"}
+        assert computed == {CHAIN_TASKS[-1]}, states
+        training = stack.task_states(stack.training_run(run["id"])["id"])
+        assert training == {TRAIN.name: "Cached", "model_version": "Cached"}
     assert runs[0]["end_time"] <= runs[1]["start_time"]  # ENQUEUE: the second waited
 
 

@@ -19,12 +19,16 @@ import pytest
 from flows_fixtures import isolated_paths, write_bundle_slice
 from mlflow import MlflowClient
 from openmeteo_server import OpenMeteoServer
+from prefect import flow
 from prefect.client.orchestration import get_client
+from prefect.client.schemas.actions import WorkPoolCreate
 from prefect.client.schemas.filters import (
     ArtifactFilter,
     ArtifactFilterFlowRunId,
     FlowRunFilter,
     FlowRunFilterId,
+    LogFilter,
+    LogFilterFlowRunId,
 )
 from prefect.events.filters import EventFilter, EventNameFilter, EventRelatedFilter
 from prefect.states import Failed
@@ -49,6 +53,7 @@ from deepsummit.flows.summit import (
     stage_flow,
     summit,
 )
+from deepsummit.flows.training import training_deployment
 
 STAGES_RUN = ("ingest", "weather", "features", "train", "model_version", "drift")
 
@@ -429,3 +434,64 @@ def test_the_weather_stage_retries_rejected_responses_and_stops_at_the_quota(
                 state.result()
     finally:
         STAGES["weather"] = original
+
+
+# ---------------------------------------------------------------- where training runs
+
+
+def _logged(flow_run_id: Any, text: str) -> list[str]:
+    """The run's log lines holding `text` (the server receives logs in batches)."""
+    for _ in range(30):
+        with get_client(sync_client=True) as client:
+            logs = client.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])))
+        found = [log.message for log in logs if text in log.message]
+        if found:
+            return found
+        time.sleep(1)
+    return []
+
+
+@flow
+def _where_training_runs(settings: Settings) -> str | None:
+    return training_deployment(settings)
+
+
+def _decide(settings: Settings) -> tuple[str | None, list[str]]:
+    """Where the chain would train, and the line its flow run logged about it."""
+    state = _where_training_runs(settings, return_state=True)
+    return state.result(), _logged(state.state_details.flow_run_id, "training in this process")
+
+
+def test_without_the_training_deployment_the_chain_trains_in_its_own_flow_run(runs) -> None:
+    """Under the test harness there is no summit-train/local: the chain says so in one line
+    and runs the train stage as its own task."""
+    first, *_ = runs
+    flow_run_id = first.state_details.flow_run_id
+    assert _logged(flow_run_id, "training in this process") == [
+        "train: no deployment 'summit-train/local' — training in this process"
+    ]
+    assert _task_states_by_name(flow_run_id)["train"] == "Completed"
+
+
+def test_training_stays_in_process_until_a_worker_of_its_pool_is_online(
+    harness: None, workspace
+) -> None:
+    """The deployment and its pool exist but no worker polls the pool: one line, in process;
+    once a worker's heartbeat reaches the server, the chain trains on that deployment."""
+    overrides, _ = workspace
+    settings = load_settings("base", overrides)
+    flow_name, name = settings.train.deployment.split("/")
+    pool = "gpu"
+    with get_client(sync_client=True) as client:
+        client.create_work_pool(WorkPoolCreate(name=pool, type="process"))
+        flow_id = client.create_flow_from_name(flow_name)
+        client.create_deployment(flow_id, name, work_pool_name=pool, entrypoint="training.py:x")
+    chosen, lines = _decide(settings)
+    assert chosen is None
+    assert lines == [f"train: no worker on pool {pool!r} — training in this process"]
+
+    with get_client(sync_client=True) as client:
+        client.send_worker_heartbeat(pool, "a-gpu-worker")
+    chosen, lines = _decide(settings)
+    assert chosen == settings.train.deployment
+    assert lines == []
