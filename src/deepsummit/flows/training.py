@@ -17,6 +17,12 @@ from typing import Any
 
 from prefect import flow, get_run_logger
 from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import (
+    FlowFilter,
+    FlowFilterName,
+    FlowRunFilter,
+    FlowRunFilterParentFlowRunId,
+)
 from prefect.client.schemas.objects import FlowRun, WorkerStatus
 from prefect.deployments import run_deployment
 from prefect.exceptions import ObjectNotFound
@@ -84,6 +90,19 @@ def flow_run_link(run: FlowRun) -> str:
     """The flow run's name, linked to its page where the Prefect UI's address is known."""
     ui = get_current_settings().ui_url
     return link(f"flow run {run.name}", f"{ui}/runs/flow-run/{run.id}" if ui else None)
+
+
+def training_flow_run_id(chain_run: FlowRun) -> str:
+    """The flow run that trained for the chain's flow run `chain_run`: its child of the training
+    flow, or the chain's run itself where it trained in its own process."""
+    with get_client(sync_client=True) as client:
+        children = client.read_flow_runs(
+            flow_filter=FlowFilter(name=FlowFilterName(any_=[TRAINING_FLOW])),
+            flow_run_filter=FlowRunFilter(
+                parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[chain_run.id])
+            ),
+        )
+    return str(children[0].id if children else chain_run.id)
 
 
 def train_in_deployment(chain: Chain, deployment: str) -> None:

@@ -31,6 +31,7 @@ from deepsummit.core.options import RunOptions
 from deepsummit.flows.runner import run_tags
 from deepsummit.flows.stages import FEATURES, INGEST, WEATHER
 from deepsummit.flows.summit import start_chain
+from deepsummit.flows.training import training_flow_run_id
 from deepsummit.flows.trial import with_study_storage
 
 TUNE_ARTIFACT = "deepsummit-tune"
@@ -166,7 +167,8 @@ def tune(
         best = tuning.best_trial(study)
         profile_file = tuning.save_profile(settings, best, study.study_name)
         final = _register_best(settings, profile, merged, best.params)
-        facts = tuning.adopt_final_run(settings.mlflow, parent_run_id, str(final.id), best.number)
+        trained_by = training_flow_run_id(final)
+        facts = tuning.adopt_final_run(settings.mlflow, parent_run_id, trained_by, best.number)
     except BaseException:
         tuning.close_parent_run(settings.mlflow, parent_run_id, study, facts, failed=True)
         raise
