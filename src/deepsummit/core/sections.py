@@ -339,7 +339,7 @@ class TrainConfig(Section):
     # The features snapshot folder to train on; None = the newest under features.features_dir.
     snapshot: ProjectPath | None = None
     # Where `summit/train` trains: a flow run of this deployment (prefect.yaml), on its work pool,
-    # fed the features snapshot by URI; in the chain's own process when it is None, or when the
+    # fed the features snapshot by URI; in the chain's own process when it is blank, or when the
     # deployment, its pool or an online worker on it is missing (said in one line).
     deployment: str | None = "summit-train/local"
 

@@ -62,7 +62,7 @@ def training_deployment(settings: Settings) -> str | None:
     """The deployment `train.deployment` where a worker can run it now; otherwise None, said in
     one line (no such deployment, no such work pool, or no online worker on it)."""
     name = settings.train.deployment
-    if name is None:
+    if not name:
         return None
     with get_client(sync_client=True) as client:
         try:
