@@ -1,0 +1,209 @@
+"""Two Prefect workers that share no folder: the data worker in the checkout and a training
+worker on a machine of its own (tests/remote_worker.py). A flow run on the training worker
+cannot read the checkout or the data side's var/, runs the training worker's own copy of the
+code, and still appears as the child of the flow run on the data worker that started it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from flows_fixtures import isolated_paths
+from prefect import Flow
+from prefect.client.orchestration import SyncPrefectClient, get_client
+from prefect.settings import PREFECT_API_URL
+from prefect.testing.utilities import prefect_test_harness
+from remote_worker import (
+    QUIET,
+    WORKER_CODE_STEP,
+    Worker,
+    can_isolate,
+    create_pool,
+    data_worker,
+    hand_over,
+    remote_worker,
+    wait_final,
+    where_am_i,
+)
+
+from deepsummit.core.sections import PROJECT_DIR_VARIABLE, PROJECT_ROOT
+
+pytestmark = pytest.mark.skipif(can_isolate() is not None, reason=f"{can_isolate()}")
+
+DATA_POOL, REMOTE_POOL = "data", "train-remote"
+ENTRYPOINT = "tests/remote_worker.py"
+
+
+@dataclass
+class TwoWorkers:
+    client: SyncPrefectClient
+    prefect: dict[str, str]  # the server's address, for a `prefect` command
+    data: Worker
+    remote: Worker
+    data_file: Path  # a file of the data side's var/
+    checkout_file: Path  # a file of the checkout
+
+
+def _deploy(client: SyncPrefectClient, flow: Flow, pool: str, pull: dict[str, Any]) -> None:
+    client.create_deployment(
+        flow_id=client.create_flow_from_name(flow.name),
+        name=pool,
+        work_pool_name=pool,
+        entrypoint=f"{ENTRYPOINT}:{flow.fn.__name__}",
+        pull_steps=[pull],
+    )
+
+
+@pytest.fixture(scope="module")
+def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwoWorkers]:
+    data_root = tmp_path_factory.mktemp("data-side")
+    remote_root = tmp_path_factory.mktemp("remote-side")
+    data_file = data_root / "var" / "warehouse.duckdb"
+    data_file.parent.mkdir()
+    data_file.write_bytes(b"the data side's warehouse")
+    with (
+        prefect_test_harness(server_startup_timeout=90),
+        get_client(sync_client=True) as client,
+    ):
+        prefect = {"PREFECT_API_URL": PREFECT_API_URL.value()}
+        # The data worker's deployments run in the checkout, as prefect.yaml's pull step puts
+        # them once `prefect deploy` has filled in DEEPSUMMIT_PROJECT_DIR; the remote pool's
+        # run wherever the worker that picks them up keeps its code.
+        in_checkout = {
+            "prefect.deployments.steps.set_working_directory": {"directory": str(PROJECT_ROOT)}
+        }
+        for pool, pull in ((DATA_POOL, in_checkout), (REMOTE_POOL, WORKER_CODE_STEP)):
+            create_pool(client, pool)
+            for probe in (where_am_i, hand_over):
+                _deploy(client, probe, pool, pull)
+        with (
+            data_worker(DATA_POOL, prefect, isolated_paths(data_root), [remote_root]) as data,
+            remote_worker(REMOTE_POOL, remote_root, prefect, {}, [data_root]) as remote,
+        ):
+            began = time.monotonic()
+            for worker in (data, remote):
+                worker.wait_online(client, began)
+            print(f"online after {data.started_s:.1f} s (data), {remote.started_s:.1f} s (remote)")
+            prefect_env = {**QUIET, **prefect}
+            yield TwoWorkers(
+                client, prefect_env, data, remote, data_file, PROJECT_ROOT / "pyproject.toml"
+            )
+
+
+def _run(workers: TwoWorkers, name: str, **parameters: Any) -> dict[str, Any]:
+    client = workers.client
+    started = client.create_flow_run_from_deployment(
+        client.read_deployment_by_name(name).id, parameters=parameters
+    )
+    run = wait_final(client, started.id)
+    assert run.state is not None and run.state.is_completed(), run.state
+    return run.state.result()
+
+
+def test_a_flow_run_on_the_remote_worker_cannot_read_the_checkout_or_its_var(
+    workers: TwoWorkers,
+) -> None:
+    paths = [str(workers.data_file), str(workers.checkout_file)]
+    data = _run(workers, f"where-am-i/{DATA_POOL}", paths=paths)
+    remote = _run(workers, f"where-am-i/{REMOTE_POOL}", paths=paths)
+
+    assert data["reads"] == {path: "read" for path in paths}
+    assert remote["reads"] == {path: "FileNotFoundError" for path in paths}
+    code = workers.remote.root / "code"
+    assert remote["cwd"] == str(code) and data["cwd"] == str(PROJECT_ROOT)
+    assert Path(remote["package"]).is_relative_to(code)  # its own copy of the code
+    assert remote["project_root"] == str(code)
+    assert remote["home"] == str(workers.remote.root / "home")
+    assert Path(remote["var_dir"]).is_relative_to(workers.remote.root)
+    assert (remote["hostname"], data["hostname"]) == (
+        workers.remote.hostname,
+        workers.data.hostname,
+    )
+
+
+def test_a_run_started_on_the_data_worker_runs_on_the_remote_worker_as_its_child(
+    workers: TwoWorkers,
+) -> None:
+    paths = [str(workers.data_file)]
+    remote = f"where-am-i/{REMOTE_POOL}"
+    parent = _run(workers, f"hand-over/{DATA_POOL}", deployment=remote, paths=paths)
+
+    here = parent["here"]
+    assert here["hostname"] == workers.data.hostname and here["reads"] == {paths[0]: "read"}
+    client = workers.client
+    child = client.read_flow_run(parent["child"])
+    assert child.work_pool_name == REMOTE_POOL and parent["child_state"] == "Completed"
+    # A child flow run: the task run that stands for it belongs to the parent's flow run.
+    assert child.parent_task_run_id is not None
+    task_run = client.read_task_run(child.parent_task_run_id)
+    assert str(task_run.flow_run_id) == parent["flow_run"]
+    # It ran elsewhere: its facts, read from the remote worker's disk by this test ...
+    assert child.state is not None
+    facts = child.state.result()
+    assert facts["hostname"] == workers.remote.hostname
+    assert facts["reads"] == {paths[0]: "FileNotFoundError"}
+    # ... which the parent cannot read: a result stored on the worker's own disk is out of
+    # reach of the flow run that started it, as on two machines.
+    assert parent["child_result"].startswith("ValueError")
+    assert str(workers.remote.root) in parent["child_result"]
+
+
+# A project file as `deepsummit up` applies prefect.yaml: the pull step names the project folder.
+PROBE_PROJECT = {
+    "name": "remote-probe",
+    "pull": [WORKER_CODE_STEP],
+    "deployments": [
+        {
+            "name": "applied",
+            "entrypoint": "tests/remote_worker.py:where_am_i",
+            "work_pool": {"name": REMOTE_POOL, "work_queue_name": "default"},
+        }
+    ],
+}
+
+
+def _prefect_deploy(workers: TwoWorkers, project: Path, name: str, env: dict[str, str]) -> None:
+    """`prefect deploy` of the deployment `name` of `project`, from the checkout, by a deployer
+    whose environment is `env` and the server's address."""
+    document = {**PROBE_PROJECT, "deployments": [{**PROBE_PROJECT["deployments"][0], "name": name}]}
+    project.write_text(yaml.safe_dump(document))
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "DEEPSUMMIT_"))}
+    deploy = ["prefect", "--no-prompt", "deploy", "--prefect-file", str(project), "--name", name]
+    deployed = subprocess.run(
+        [sys.executable, "-m", *deploy],
+        cwd=PROJECT_ROOT,
+        env={**clean, **workers.prefect, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert deployed.returncode == 0, deployed.stdout + deployed.stderr
+
+
+def test_prefect_deploy_leaves_the_project_folder_to_the_worker_unless_the_deployer_has_one(
+    workers: TwoWorkers, tmp_path: Path
+) -> None:
+    project = tmp_path / "prefect.yaml"
+    _prefect_deploy(workers, project, "unset", {})
+    _prefect_deploy(workers, project, "set", {PROJECT_DIR_VARIABLE: str(PROJECT_ROOT)})
+
+    client = workers.client
+    unset = client.read_deployment_by_name("where-am-i/unset")
+    assert unset.pull_steps == [WORKER_CODE_STEP]
+    # Filled in at deploy time: a remote worker would look for the code in the deployer's
+    # checkout, which it does not have.
+    (step,) = client.read_deployment_by_name("where-am-i/set").pull_steps
+    assert step == {
+        "prefect.deployments.steps.set_working_directory": {"directory": str(PROJECT_ROOT)}
+    }
+    facts = _run(workers, "where-am-i/unset", paths=[])
+    assert facts["cwd"] == str(workers.remote.root / "code")
+    assert facts["hostname"] == workers.remote.hostname
