@@ -130,13 +130,13 @@ def create_pool(client: SyncPrefectClient, name: str) -> None:
 def _worker(
     pool: str,
     root: Path,
+    log: Path,
     env: dict[str, str],
     hidden: list[Path],
     python: Path,
     python_binding: tuple[Path, Path] | None = None,
 ) -> Iterator[Worker]:
     hostname = f"worker-{pool}"
-    log = root / f"worker-{pool}.log"
     source, target = python_binding or ("", "")
     enter = [hostname, str(source), str(target), *map(str, hidden)]
     command = [str(python), "-m", "prefect", "worker", "start", "--pool", pool,
@@ -167,15 +167,15 @@ def _prefect_client_env(prefect: dict[str, str]) -> dict[str, str]:
 
 @contextmanager
 def data_worker(
-    pool: str, prefect: dict[str, str], overrides: dict[str, Any], hidden: list[Path]
+    pool: str, prefect: dict[str, str], overrides: dict[str, Any], hidden: list[Path], log: Path
 ) -> Iterator[Worker]:
     """The checkout's worker of `pool`: in the checkout, with this interpreter and the settings
-    `overrides`; `hidden` folders are empty to it."""
+    `overrides`, its output in `log`; `hidden` folders are empty to it."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "DEEPSUMMIT_"))}
     env |= _prefect_client_env(prefect) | as_environment(overrides)
     env[PROJECT_DIR_VARIABLE] = str(PROJECT_ROOT)
     env["PYTHONPATH"] = os.pathsep.join(str(PROJECT_ROOT / p) for p in ("src", "tests"))
-    with _worker(pool, PROJECT_ROOT, env, hidden, Path(sys.executable)) as worker:
+    with _worker(pool, PROJECT_ROOT, log, env, hidden, Path(sys.executable)) as worker:
         yield worker
 
 
@@ -232,6 +232,7 @@ def remote_worker(
     with _worker(
         pool,
         root,
+        root / "worker.log",
         env,
         [PROJECT_ROOT, *hidden],
         interpreter,

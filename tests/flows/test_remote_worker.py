@@ -84,8 +84,11 @@ def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwoWorkers]:
             create_pool(client, pool)
             for probe in (where_am_i, hand_over):
                 _deploy(client, probe, pool, pull)
+        settings = isolated_paths(data_root)
         with (
-            data_worker(DATA_POOL, prefect, isolated_paths(data_root), [remote_root]) as data,
+            data_worker(
+                DATA_POOL, prefect, settings, [remote_root], data_root / "worker.log"
+            ) as data,
             remote_worker(REMOTE_POOL, remote_root, prefect, {}, [data_root]) as remote,
         ):
             began = time.monotonic()
@@ -98,22 +101,33 @@ def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwoWorkers]:
             )
 
 
-def _run(workers: TwoWorkers, name: str, **parameters: Any) -> dict[str, Any]:
+def _run(workers: TwoWorkers, *runs: tuple[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Start a flow run of each (deployment, parameters) at once; their results once all
+    have completed."""
     client = workers.client
-    started = client.create_flow_run_from_deployment(
-        client.read_deployment_by_name(name).id, parameters=parameters
-    )
-    run = wait_final(client, started.id)
-    assert run.state is not None and run.state.is_completed(), run.state
-    return run.state.result()
+    started = [
+        client.create_flow_run_from_deployment(
+            client.read_deployment_by_name(name).id, parameters=parameters
+        )
+        for name, parameters in runs
+    ]
+    results = []
+    for flow_run in started:
+        run = wait_final(client, flow_run.id)
+        assert run.state is not None and run.state.is_completed(), run.state
+        results.append(run.state.result())
+    return results
 
 
 def test_a_flow_run_on_the_remote_worker_cannot_read_the_checkout_or_its_var(
     workers: TwoWorkers,
 ) -> None:
     paths = [str(workers.data_file), str(workers.checkout_file)]
-    data = _run(workers, f"where-am-i/{DATA_POOL}", paths=paths)
-    remote = _run(workers, f"where-am-i/{REMOTE_POOL}", paths=paths)
+    data, remote = _run(
+        workers,
+        (f"where-am-i/{DATA_POOL}", {"paths": paths}),
+        (f"where-am-i/{REMOTE_POOL}", {"paths": paths}),
+    )
 
     assert data["reads"] == {path: "read" for path in paths}
     assert remote["reads"] == {path: "FileNotFoundError" for path in paths}
@@ -134,7 +148,7 @@ def test_a_run_started_on_the_data_worker_runs_on_the_remote_worker_as_its_child
 ) -> None:
     paths = [str(workers.data_file)]
     remote = f"where-am-i/{REMOTE_POOL}"
-    parent = _run(workers, f"hand-over/{DATA_POOL}", deployment=remote, paths=paths)
+    (parent,) = _run(workers, (f"hand-over/{DATA_POOL}", {"deployment": remote, "paths": paths}))
 
     here = parent["here"]
     assert here["hostname"] == workers.data.hostname and here["reads"] == {paths[0]: "read"}
@@ -204,6 +218,6 @@ def test_prefect_deploy_leaves_the_project_folder_to_the_worker_unless_the_deplo
     assert step == {
         "prefect.deployments.steps.set_working_directory": {"directory": str(PROJECT_ROOT)}
     }
-    facts = _run(workers, "where-am-i/unset", paths=[])
+    (facts,) = _run(workers, ("where-am-i/unset", {"paths": []}))
     assert facts["cwd"] == str(workers.remote.root / "code")
     assert facts["hostname"] == workers.remote.hostname
