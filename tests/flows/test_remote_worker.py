@@ -170,27 +170,30 @@ def test_a_run_started_on_the_data_worker_runs_on_the_remote_worker_as_its_child
     assert str(workers.remote.root) in parent["child_result"]
 
 
-# A project file as `deepsummit up` applies prefect.yaml: the pull step names the project folder.
+ON_REMOTE_POOL = {"work_pool": {"name": REMOTE_POOL, "work_queue_name": "default"}}
+# A project file like prefect.yaml: the pull step names the project folder, as each deployment
+# that runs a file of the project inherits it; `module` imports the flow from the package the
+# worker's Python has, and pulls nothing.
 PROBE_PROJECT = {
     "name": "remote-probe",
     "pull": [WORKER_CODE_STEP],
     "deployments": [
-        {
-            "name": "applied",
-            "entrypoint": "tests/remote_worker.py:where_am_i",
-            "work_pool": {"name": REMOTE_POOL, "work_queue_name": "default"},
-        }
+        {"name": "unset", "entrypoint": "tests/remote_worker.py:where_am_i", **ON_REMOTE_POOL},
+        {"name": "set", "entrypoint": "tests/remote_worker.py:where_am_i", **ON_REMOTE_POOL},
+        {"name": "module", "entrypoint": "remote_worker.where_am_i", "pull": [], **ON_REMOTE_POOL},
     ],
 }
 
 
-def _prefect_deploy(workers: TwoWorkers, project: Path, name: str, env: dict[str, str]) -> None:
-    """`prefect deploy` of the deployment `name` of `project`, from the checkout, by a deployer
-    whose environment is `env` and the server's address."""
-    document = {**PROBE_PROJECT, "deployments": [{**PROBE_PROJECT["deployments"][0], "name": name}]}
-    project.write_text(yaml.safe_dump(document))
+def _prefect_deploy(
+    workers: TwoWorkers, project: Path, names: list[str], env: dict[str, str]
+) -> None:
+    """`prefect deploy` of the deployments `names` of PROBE_PROJECT, from the checkout, by a
+    deployer whose environment holds `env` and the server's address."""
+    project.write_text(yaml.safe_dump(PROBE_PROJECT))
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "DEEPSUMMIT_"))}
-    deploy = ["prefect", "--no-prompt", "deploy", "--prefect-file", str(project), "--name", name]
+    chosen = [option for name in names for option in ("--name", name)]
+    deploy = ["prefect", "--no-prompt", "deploy", "--prefect-file", str(project), *chosen]
     deployed = subprocess.run(
         [sys.executable, "-m", *deploy],
         cwd=PROJECT_ROOT,
@@ -202,22 +205,31 @@ def _prefect_deploy(workers: TwoWorkers, project: Path, name: str, env: dict[str
     assert deployed.returncode == 0, deployed.stdout + deployed.stderr
 
 
-def test_prefect_deploy_leaves_the_project_folder_to_the_worker_unless_the_deployer_has_one(
+def test_prefect_deploy_fills_in_the_project_folder_where_the_deployer_has_one(
     workers: TwoWorkers, tmp_path: Path
 ) -> None:
+    """What a deployment on the remote pool needs from prefect.yaml: either its pull step's
+    variable left unset by the deployer (`deepsummit up` sets it), or a module entrypoint that
+    pulls nothing."""
     project = tmp_path / "prefect.yaml"
-    _prefect_deploy(workers, project, "unset", {})
-    _prefect_deploy(workers, project, "set", {PROJECT_DIR_VARIABLE: str(PROJECT_ROOT)})
+    _prefect_deploy(workers, project, ["unset"], {})
+    _prefect_deploy(workers, project, ["set", "module"], {PROJECT_DIR_VARIABLE: str(PROJECT_ROOT)})
 
     client = workers.client
-    unset = client.read_deployment_by_name("where-am-i/unset")
-    assert unset.pull_steps == [WORKER_CODE_STEP]
+    assert client.read_deployment_by_name("where-am-i/unset").pull_steps == [WORKER_CODE_STEP]
     # Filled in at deploy time: a remote worker would look for the code in the deployer's
     # checkout, which it does not have.
     (step,) = client.read_deployment_by_name("where-am-i/set").pull_steps
     assert step == {
         "prefect.deployments.steps.set_working_directory": {"directory": str(PROJECT_ROOT)}
     }
-    (facts,) = _run(workers, ("where-am-i/unset", {"paths": []}))
-    assert facts["cwd"] == str(workers.remote.root / "code")
-    assert facts["hostname"] == workers.remote.hostname
+    assert client.read_deployment_by_name("where-am-i/module").pull_steps == []
+    unset, module = _run(
+        workers, ("where-am-i/unset", {"paths": []}), ("where-am-i/module", {"paths": []})
+    )
+    code = workers.remote.root / "code"
+    assert unset["cwd"] == str(code) and unset["hostname"] == workers.remote.hostname
+    # A module entrypoint runs in a temporary folder of the worker, its package and settings
+    # from the worker's own code (DEEPSUMMIT_PROJECT_DIR of the worker's environment).
+    assert Path(module["cwd"]).is_relative_to(workers.remote.root / "tmp")
+    assert Path(module["package"]).is_relative_to(code) and module["project_root"] == str(code)
