@@ -16,11 +16,12 @@ and die with the namespace.
   the test names (the data side's var/). It runs the same Python environment, read-only, bound
   into its folder, because the checkout that may hold it is hidden.
 
-A deployment finds the code on the remote worker by a pull step that names a variable of the
-worker's own environment, `{{ $DEEPSUMMIT_PROJECT_DIR }}` (WORKER_CODE_STEP): the flow-run
-process fills it in, from the environment the worker gives it. `prefect deploy` fills the same
-placeholder in from the deployer's environment where the deployer has that variable set, so a
-deployment for a remote pool must be applied without it (tests/flows/test_remote_worker.py).
+A deployment the tests create finds the code on the remote worker by a pull step that names a
+variable of the worker's own environment, `{{ $DEEPSUMMIT_PROJECT_DIR }}` (WORKER_CODE_STEP):
+the flow-run process fills it in. `prefect deploy` fills the same placeholder in from the
+deployer's environment where the deployer has it (as `deepsummit up` does), so a deployment of
+prefect.yaml for a remote pool takes a module entrypoint and pulls nothing instead
+(tests/flows/test_remote_worker.py shows both).
 
 The probe flows `where_am_i` and `hand_over` are deployed by entrypoint
 `tests/remote_worker.py:...`, so this module is loaded by the flow runs on either worker.
@@ -100,7 +101,7 @@ def can_isolate() -> str | None:
 @dataclass
 class Worker:
     pool: str
-    hostname: str
+    hostname: str  # also its name on the Prefect server
     root: Path  # the folder it runs in: the checkout, or the remote worker's own
     process: subprocess.Popen[bytes]
     log: Path

@@ -36,7 +36,8 @@ from remote_worker import (
 
 from deepsummit.core.sections import PROJECT_DIR_VARIABLE, PROJECT_ROOT
 
-pytestmark = pytest.mark.skipif(can_isolate() is not None, reason=f"{can_isolate()}")
+WHY_NOT = can_isolate()
+pytestmark = pytest.mark.skipif(WHY_NOT is not None, reason=f"no isolated worker: {WHY_NOT}")
 
 DATA_POOL, REMOTE_POOL = "data", "train-remote"
 ENTRYPOINT = "tests/remote_worker.py"
@@ -141,6 +142,7 @@ def test_a_flow_run_on_the_remote_worker_cannot_read_the_checkout_or_its_var(
         workers.remote.hostname,
         workers.data.hostname,
     )
+    assert (remote["worker"], data["worker"]) == (remote["hostname"], data["hostname"])
 
 
 def test_a_run_started_on_the_data_worker_runs_on_the_remote_worker_as_its_child(
@@ -171,65 +173,51 @@ def test_a_run_started_on_the_data_worker_runs_on_the_remote_worker_as_its_child
 
 
 ON_REMOTE_POOL = {"work_pool": {"name": REMOTE_POOL, "work_queue_name": "default"}}
-# A project file like prefect.yaml: the pull step names the project folder, as each deployment
-# that runs a file of the project inherits it; `module` imports the flow from the package the
-# worker's Python has, and pulls nothing.
+# A project file like prefect.yaml: the pull step names the project folder, and `file`, like
+# each deployment that runs a file of the project, inherits it; `module` imports the flow from
+# the package the worker's Python has, and pulls nothing.
 PROBE_PROJECT = {
     "name": "remote-probe",
     "pull": [WORKER_CODE_STEP],
     "deployments": [
-        {"name": "unset", "entrypoint": "tests/remote_worker.py:where_am_i", **ON_REMOTE_POOL},
-        {"name": "set", "entrypoint": "tests/remote_worker.py:where_am_i", **ON_REMOTE_POOL},
+        {"name": "file", "entrypoint": "tests/remote_worker.py:where_am_i", **ON_REMOTE_POOL},
         {"name": "module", "entrypoint": "remote_worker.where_am_i", "pull": [], **ON_REMOTE_POOL},
     ],
 }
 
 
-def _prefect_deploy(
-    workers: TwoWorkers, project: Path, names: list[str], env: dict[str, str]
+def test_prefect_deploy_pins_a_file_entrypoint_to_the_deployers_folder_not_a_module_one(
+    workers: TwoWorkers, tmp_path: Path
 ) -> None:
-    """`prefect deploy` of the deployments `names` of PROBE_PROJECT, from the checkout, by a
-    deployer whose environment holds `env` and the server's address."""
+    """What a deployment on the remote pool needs from prefect.yaml: `prefect deploy`, run as
+    `deepsummit up` runs it (DEEPSUMMIT_PROJECT_DIR = the checkout), fills the pull step's
+    placeholder in with the deployer's folder, which a remote worker does not have; a module
+    entrypoint that pulls nothing runs the worker's own code."""
+    project = tmp_path / "prefect.yaml"
     project.write_text(yaml.safe_dump(PROBE_PROJECT))
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "DEEPSUMMIT_"))}
-    chosen = [option for name in names for option in ("--name", name)]
-    deploy = ["prefect", "--no-prompt", "deploy", "--prefect-file", str(project), *chosen]
+    deployer = {**clean, **workers.prefect, PROJECT_DIR_VARIABLE: str(PROJECT_ROOT)}
+    deploy = ["prefect", "--no-prompt", "deploy", "--prefect-file", str(project), "--all"]
     deployed = subprocess.run(
         [sys.executable, "-m", *deploy],
         cwd=PROJECT_ROOT,
-        env={**clean, **workers.prefect, **env},
+        env=deployer,
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert deployed.returncode == 0, deployed.stdout + deployed.stderr
 
-
-def test_prefect_deploy_fills_in_the_project_folder_where_the_deployer_has_one(
-    workers: TwoWorkers, tmp_path: Path
-) -> None:
-    """What a deployment on the remote pool needs from prefect.yaml: either its pull step's
-    variable left unset by the deployer (`deepsummit up` sets it), or a module entrypoint that
-    pulls nothing."""
-    project = tmp_path / "prefect.yaml"
-    _prefect_deploy(workers, project, ["unset"], {})
-    _prefect_deploy(workers, project, ["set", "module"], {PROJECT_DIR_VARIABLE: str(PROJECT_ROOT)})
-
     client = workers.client
-    assert client.read_deployment_by_name("where-am-i/unset").pull_steps == [WORKER_CODE_STEP]
-    # Filled in at deploy time: a remote worker would look for the code in the deployer's
-    # checkout, which it does not have.
-    (step,) = client.read_deployment_by_name("where-am-i/set").pull_steps
+    (step,) = client.read_deployment_by_name("where-am-i/file").pull_steps
     assert step == {
         "prefect.deployments.steps.set_working_directory": {"directory": str(PROJECT_ROOT)}
     }
     assert client.read_deployment_by_name("where-am-i/module").pull_steps == []
-    unset, module = _run(
-        workers, ("where-am-i/unset", {"paths": []}), ("where-am-i/module", {"paths": []})
-    )
+    (module,) = _run(workers, ("where-am-i/module", {"paths": []}))
     code = workers.remote.root / "code"
-    assert unset["cwd"] == str(code) and unset["hostname"] == workers.remote.hostname
-    # A module entrypoint runs in a temporary folder of the worker, its package and settings
-    # from the worker's own code (DEEPSUMMIT_PROJECT_DIR of the worker's environment).
+    assert module["hostname"] == workers.remote.hostname
+    # It runs in a temporary folder of the worker, its package and settings from the worker's
+    # own code (DEEPSUMMIT_PROJECT_DIR of the worker's environment).
     assert Path(module["cwd"]).is_relative_to(workers.remote.root / "tmp")
     assert Path(module["package"]).is_relative_to(code) and module["project_root"] == str(code)
