@@ -105,17 +105,18 @@ class Worker:
     root: Path  # the folder it runs in: the checkout, or the remote worker's own
     process: subprocess.Popen[bytes]
     log: Path
-    started_s: float = 0.0  # from its start to ONLINE on the server
+    spawned: float  # time.monotonic() when its process started
+    started_s: float = 0.0  # from then to ONLINE on the server
 
-    def wait_online(self, client: SyncPrefectClient, began: float) -> None:
+    def wait_online(self, client: SyncPrefectClient) -> None:
         """Wait until the server counts this worker ONLINE; keep how long it took."""
-        deadline = began + ONLINE_TIMEOUT_S
+        deadline = self.spawned + ONLINE_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"worker of {self.pool} exited: {self.log.read_text()[-2000:]}")
             workers = client.read_workers_for_work_pool(self.pool)
             if any(worker.status == WorkerStatus.ONLINE for worker in workers):
-                self.started_s = time.monotonic() - began
+                self.started_s = time.monotonic() - self.spawned
                 return
             time.sleep(0.2)
         raise TimeoutError(f"worker of {self.pool} not online: {self.log.read_text()[-2000:]}")
@@ -142,6 +143,7 @@ def _worker(
     enter = [hostname, str(source), str(target), *map(str, hidden)]
     command = [str(python), "-m", "prefect", "worker", "start", "--pool", pool,
                "--type", "process", "--name", hostname]  # fmt: skip
+    spawned = time.monotonic()
     with log.open("wb") as out:
         process = subprocess.Popen(
             [*UNSHARE, "sh", "-c", ENTER, "sh", *enter, "--", *command],
@@ -151,7 +153,7 @@ def _worker(
             stderr=subprocess.STDOUT,
         )
     try:
-        yield Worker(pool, hostname, root, process, log)
+        yield Worker(pool, hostname, root, process, log, spawned)
     finally:
         # unshare --kill-child: SIGKILL to unshare kills the namespace's first process, and with
         # it the kernel kills the rest of the namespace (the worker's flow runs included). A

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,9 +91,8 @@ def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwoWorkers]:
             ) as data,
             remote_worker(REMOTE_POOL, remote_root, prefect, {}, [data_root]) as remote,
         ):
-            began = time.monotonic()
             for worker in (data, remote):
-                worker.wait_online(client, began)
+                worker.wait_online(client)
             print(f"online after {data.started_s:.1f} s (data), {remote.started_s:.1f} s (remote)")
             prefect_env = {**QUIET, **prefect}
             yield TwoWorkers(
