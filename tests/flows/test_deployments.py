@@ -4,14 +4,13 @@ parsed and validated with Prefect's own models. The job templates: test_pool_tem
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from prefect.cli.deploy._models import PrefectYamlModel
 
-from deepsummit.core.config import Settings
+from deepsummit.core.config import Settings, load_settings
 from deepsummit.core.sections import PROJECT_ROOT
 
 DEPLOYMENTS = PROJECT_ROOT / "deployments"
@@ -57,15 +56,18 @@ def test_backtest_runs_weekly_off_season_one_at_a_time(prefect_yaml: dict) -> No
     assert backtest["concurrency_limit"] == {"limit": 1, "collision_strategy": "ENQUEUE"}
 
 
-def test_gpu_variant_trains_the_base_profile_on_the_gpu_pool(prefect_yaml: dict) -> None:
-    gpu = prefect_yaml["train-gpu"]
-    assert gpu["entrypoint"] == prefect_yaml["train"]["entrypoint"]
-    assert gpu["work_pool"]["name"] == Settings().services.gpu_work_pool
-    assert gpu["parameters"]["profile"] == "base"
-    assert gpu["concurrency_limit"]["limit"] == 1
-    # One nightly training per machine: the GPU schedule exists but starts paused.
-    assert [s["cron"] for s in gpu["schedules"]] == ["0 2 * * *"]
-    assert gpu["schedules"][0]["active"] is False
+def test_base_variant_builds_here_and_trains_on_the_gpu_pool(prefect_yaml: dict) -> None:
+    base = prefect_yaml["train-base"]
+    assert base["entrypoint"] == prefect_yaml["train"]["entrypoint"]
+    # The chain stays with the one warehouse; its training goes to the gpu pool.
+    assert base["work_pool"]["name"] == Settings().services.work_pool
+    assert base["parameters"]["profile"] == "base"
+    deployment = load_settings("base").train.deployment
+    assert prefect_yaml[deployment.split("/")[1]]["work_pool"]["name"] == "gpu"
+    assert base["concurrency_limit"]["limit"] == 1
+    # One nightly training per machine: the base schedule exists but starts paused.
+    assert [s["cron"] for s in base["schedules"]] == ["0 2 * * *"]
+    assert base["schedules"][0]["active"] is False
 
 
 @pytest.fixture(scope="module")
@@ -204,7 +206,9 @@ def test_compose_runs_a_worker_for_each_pool_of_the_deployments(compose: dict) -
     assert set(workers) == set(deployments_by_pool().values())
     for worker in workers.values():
         assert worker["environment"]["PREFECT_API_URL"] == "http://prefect-server:4200/api"
-        assert "warehouse:/opt/deepsummit/var" in worker["volumes"]  # one warehouse for both
+    # One warehouse, the data worker's: the GPU worker gets everything by URI, no volume.
+    assert workers["local"]["volumes"] == ["warehouse:/opt/deepsummit/var"]
+    assert "volumes" not in workers["gpu"]
 
 
 def test_compose_workers_create_their_pool_with_the_locked_template_first(compose: dict) -> None:
@@ -233,12 +237,20 @@ def test_compose_gpu_worker_alone_reserves_nvidia_gpus(compose: dict) -> None:
     assert "deploy" not in workers[settings.work_pool]
 
 
-def test_gpu_image_puts_the_project_where_the_gpu_deployment_pulls_it(prefect_yaml: dict) -> None:
+def test_gpu_deployments_run_the_workers_own_installed_package(prefect_yaml: dict) -> None:
+    """A GPU worker is another machine: its runs import the package installed there, and find
+    the project folder by the image's DEEPSUMMIT_PROJECT_DIR, never a folder of the deployer."""
+    import importlib
+
     dockerfile = (DEPLOYMENTS / "gpu.Dockerfile").read_text()
-    (step,) = prefect_yaml["train-gpu"]["pull"]
-    directory = step["prefect.deployments.steps.set_working_directory"]["directory"]
+    for name in ("gpu", "trial-gpu"):
+        deployment = prefect_yaml[name]
+        assert deployment["pull"] == [] and "/" not in deployment["entrypoint"]
+        module, function = deployment["entrypoint"].rsplit(".", 1)
+        assert hasattr(importlib.import_module(module), function)
+    assert "pip install --no-cache-dir -e ." in dockerfile
+    [directory] = re.findall(r"DEEPSUMMIT_PROJECT_DIR=(\S+)", dockerfile)
     assert f"WORKDIR {directory}" in dockerfile
-    assert Path(directory).is_absolute()
 
 
 def test_up_applies_each_deployment_on_its_declared_pool() -> None:
@@ -247,4 +259,4 @@ def test_up_applies_each_deployment_on_its_declared_pool() -> None:
     pools = deployments_by_pool()
     settings = Settings()
     assert pools["train"] == settings.services.work_pool
-    assert pools["train-gpu"] == settings.services.gpu_work_pool
+    assert pools["gpu"] == settings.services.gpu_work_pool

@@ -32,6 +32,7 @@ from prefect.settings import get_current_settings
 from deepsummit.core.config import Settings, deep_merge, load_settings
 from deepsummit.core.errors import PipelineError
 from deepsummit.flows.artifacts import LineageRow, link
+from deepsummit.flows.handover import hand_over, handed_over
 from deepsummit.flows.runner import Chain
 from deepsummit.flows.stages import TRAIN
 
@@ -129,13 +130,14 @@ def train_in_deployment(chain: Chain, deployment: str) -> None:
     if state is None or not state.is_completed():
         ended = f"{state.name}: {state.message or 'no message'}" if state else "no state"
         raise PipelineError(f"train: flow run {run.name} of {deployment} ended {ended}")
-    training: TrainingRun = state.result()
+    # Not the flow run's Prefect result: that stays on the training worker's own disk.
+    training: TrainingRun = handed_over(settings.mlflow, run.id)
     where = flow_run_link(run)
     rows = [replace(row, links=f"{where} {row.links}".strip()) for row in training.lineage]
     chain.adopt(TRAIN, training.report, rows)
 
 
-@flow(name=TRAINING_FLOW, log_prints=True, persist_result=True)
+@flow(name=TRAINING_FLOW, log_prints=True)
 def train_stage(
     snapshot_uri: str,
     snapshot_digest: str,
@@ -154,5 +156,7 @@ def train_stage(
     settings = load_settings(profile, overrides or {})
     folder = fetched_snapshot(settings, snapshot_uri, snapshot_digest)
     chain = Chain.start(profile, deep_merge(overrides or {}, {"train": {"snapshot": str(folder)}}))
-    chain.run_stage(TRAIN)
-    return TrainingRun(chain.reports[TRAIN.name], chain.lineage)
+    report = chain.run_stage(TRAIN)
+    training = TrainingRun(report, chain.lineage)
+    hand_over(settings.mlflow, report.mlflow_run_id, training)
+    return training

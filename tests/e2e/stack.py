@@ -1,0 +1,144 @@
+"""The services of an end-to-end test session: `deepsummit up` on free ports with every file
+under one temporary folder, and helpers to drive the chain and ask the Prefect server about it."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from flows_fixtures import as_environment, isolated_paths, write_bundle_slice
+from services_fixtures import free_port
+
+from deepsummit.core.config import Settings, deep_merge, load_settings
+from deepsummit.core.sections import PROJECT_ROOT
+from deepsummit.flows.training import TRAINING_FLOW
+from deepsummit.services import supervisor as services
+
+PREFECT = str(Path(sys.executable).parent / "prefect")
+# In the task key of the task run Prefect adds to a flow run that starts a deployment's run.
+RUN_DEPLOYMENT_TASK = "run_deployment"
+# A command that runs a flow (outlook, weather) takes seconds on a quiet machine and minutes on a
+# busy one; pytest-timeout bounds the whole test.
+COMMAND_TIMEOUT_S = 600
+
+
+class Stack:
+    """The services of one test session, and helpers to drive and query them."""
+
+    def __init__(self, root: Path, extra: dict[str, Any] | None = None) -> None:
+        overrides = isolated_paths(root)
+        overrides["paths"]["data_dir"] = str(write_bundle_slice(root / "data"))
+        overrides["services"].update(prefect_port=free_port(), mlflow_port=free_port())
+        mlflow_url = f"http://127.0.0.1:{overrides['services']['mlflow_port']}"
+        overrides["mlflow"] = {"tracking_uri": mlflow_url}
+        overrides = deep_merge(overrides, extra or {})
+        self.overrides = overrides
+        self.root = root
+        self.env = {
+            key: value
+            for key, value in os.environ.items()
+            if not key.startswith(("PREFECT_", "DEEPSUMMIT_"))
+        }
+        self.env.update(as_environment(overrides))
+        # The CLI and this test use the servers of this session, like the worker does.
+        self.settings: Settings = load_settings(overrides=overrides)
+        self.env.update(services.prefect_env(self.settings))
+
+    def up(self) -> None:
+        """`deepsummit up`, then talk to the server with the secret it generated."""
+        self.cli("up")
+        self.env.update(services.prefect_env(self.settings))
+        self.prefect = services.prefect_api(self.settings)
+
+    def cli(self, *args: str, exit_code: int = 0) -> str:
+        """`deepsummit <args>` against the stack; its stdout, once it exited `exit_code`."""
+        result = subprocess.run(
+            [sys.executable, "-m", "deepsummit.cli.app", *args],
+            env=self.env, cwd=PROJECT_ROOT, capture_output=True, text=True,
+            timeout=COMMAND_TIMEOUT_S,
+        )  # fmt: skip
+        assert result.returncode == exit_code, result.stdout + result.stderr
+        return result.stdout
+
+    def trigger(self, *params: str, watch: bool = True, deployment: str = "summit/train") -> str:
+        """`prefect deployment run <deployment>`; the flow run id."""
+        command = [PREFECT, "deployment", "run", deployment]
+        command += [arg for p in params for arg in ("--param", p)]
+        command += ["--watch", "--watch-timeout", "600"] if watch else []
+        result = subprocess.run(command, env=self.env, capture_output=True, text=True, timeout=660)
+        assert result.returncode == 0, result.stdout + result.stderr
+        return re.search(r"UUID: ([0-9a-f-]{36})", result.stdout).group(1)
+
+    def post(self, path: str, body: dict[str, Any]) -> Any:
+        return self.prefect.post(path, body)
+
+    def get(self, path: str) -> Any:
+        return self.prefect.get(path)
+
+    def wait_finished(self, flow_run_id: str, timeout_s: float = 600) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                run = self.get(f"/flow_runs/{flow_run_id}")
+            except TimeoutError:  # a server busy writing two runs' logs: ask again
+                continue
+            if run["state_type"] in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED"):
+                return run
+            time.sleep(2)
+        raise AssertionError(f"flow run {flow_run_id} not finished after {timeout_s} s")
+
+    def materialized(self, *flow_run_ids: str, timeout_s: float = 60) -> dict[str, set[str]]:
+        """Asset key → its upstream asset keys, from the runs' materialisation events (the
+        server persists events in batches: wait until the model version's has arrived)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            events = self.post(
+                "/events/filter",
+                {
+                    "filter": {
+                        "event": {"name": ["prefect.asset.materialization.succeeded"]},
+                        "related": {"id": [f"prefect.flow-run.{i}" for i in flow_run_ids]},
+                    },
+                    "limit": 50,
+                },
+            )["events"]
+            upstream = {
+                e["resource"]["prefect.resource.id"]: {
+                    r["prefect.resource.id"]
+                    for r in e["related"]
+                    if r.get("prefect.resource.role") == "asset"
+                }
+                for e in events
+            }
+            if any(key.startswith("mlflow://") for key in upstream):
+                return upstream
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no model version materialised: {sorted(upstream)}")
+            time.sleep(2)
+
+    def task_states(self, flow_run_id: str) -> dict[str, str]:
+        """The run's tasks by name, without those standing for a child flow run (Prefect names
+        one after its child and lists the child under Subflow Runs, not as a task)."""
+        runs = self.post("/task_runs/filter", {"flow_runs": {"id": {"any_": [flow_run_id]}}})
+        return {
+            run["name"].rsplit("-", 1)[0]: run["state_name"]
+            for run in runs
+            if RUN_DEPLOYMENT_TASK not in run["task_key"]
+        }
+
+    def training_run(self, chain_run_id: str) -> dict[str, Any]:
+        """The one flow run of the training flow whose parent task run is in `chain_run_id`."""
+        runs = self.post("/flow_runs/filter", {"flows": {"name": {"any_": [TRAINING_FLOW]}}})
+        children = [
+            run
+            for run in runs
+            if run["parent_task_run_id"]
+            and self.get(f"/task_runs/{run['parent_task_run_id']}")["flow_run_id"] == chain_run_id
+        ]
+        assert len(children) == 1, [run["name"] for run in runs]
+        return children[0]
