@@ -58,15 +58,16 @@ def two_workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwoWorkers
              "PREFECT_API_AUTH_STRING": prefect["PREFECT_API_AUTH_STRING"]}
         ), get_client(sync_client=True) as client:  # fmt: skip
             # The pool a GPU machine's worker serves, locked as `deepsummit up` locks its own;
-            # `up` again applies the deployments of a pool that exists now.
+            # then the deployments of prefect.yaml, as `up` applies them, now that it exists.
             create_pool(client, GPU_POOL)
-            stack.up()
+            applied = services.deploy(stack.settings)
+            assert TRAINING_DEPLOYMENT.split("/")[1] in applied[0].split(": ")[1].split(", ")
             client_env = {k: v for k, v in prefect.items() if k.startswith("PREFECT_API")}
             remote_settings = {"mlflow": {"tracking_uri": stack.settings.mlflow.tracking_uri}}
             with remote_worker(
                 GPU_POOL, remote_root, client_env, remote_settings, hidden=[stack.root]
             ) as remote:
-                remote.wait_online(client, time.monotonic())
+                remote.wait_online(client)
                 started = time.monotonic()
                 chain_run = stack.trigger()
                 chain_s = time.monotonic() - started

@@ -90,7 +90,9 @@ def fetch_snapshot(config: MlflowConfig, uri: str, digest: str, cache_dir: Path)
     folder = cache_dir / digest[:12]
     if folder.is_dir() and files_digest(folder) == digest:
         return folder
+    started = time.monotonic()
     download_folder(config.tracking_uri, uri, folder, lambda staged: _check(uri, digest, staged))
+    logger.info("features snapshot %s fetched in %.1f s", uri, time.monotonic() - started)
     return folder
 
 
