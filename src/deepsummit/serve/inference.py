@@ -9,7 +9,8 @@ image has no Polars: deepsummit/backtest/answers.py).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import numpy as np
 import torch
@@ -91,6 +92,17 @@ def predict_proba(
     return ensemble_probability(
         predict_logits(model, arrays.model_inputs(), batch_size, torch.device(device))
     )
+
+
+@contextmanager
+def torch_threads(count: int) -> Iterator[None]:
+    """PyTorch's intra-op threads set to `count` inside the block (as they were after it)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def autocast_for(device: torch.device) -> torch.autocast:

@@ -7,17 +7,21 @@ gets a message in its own `error`; the other rows are scored.
 from __future__ import annotations
 
 import datetime as dt
+import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 import polars as pl
 
 from deepsummit.core.inputs import WEATHER_VARIABLES, WINDOW_DAYS
 from deepsummit.core.planned import AGE_RANGE, PLANNED_FIELDS, WEATHER_COLUMNS
 from deepsummit.core.seasons import SEASON_BY_MONTH, expedition_year
 from deepsummit.features.tabular import ATTEMPT_INPUT_SCHEMA
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @dataclass(frozen=True)
@@ -41,19 +45,23 @@ def _date(value: Any) -> dt.date | None:
     return dt.date.fromisoformat(str(value))
 
 
-def _value(record: dict[str, Any], name: str) -> Any:
+def _value(record: Mapping[str, Any], name: str) -> Any:
     """The record's value, None for absent, null or NaN."""
     value = record.get(name)
     if value is None:
         return None
     if isinstance(value, float) and np.isnan(value):
         return None
-    if value is pd.NA or value is pd.NaT:
+    # pandas' own markers (NA, NaT) come only from a pandas frame: with pandas not imported
+    # there are none to look for, and a request of records (`deepsummit predict`) does not
+    # pay pandas' import (a quarter of a second).
+    pandas = sys.modules.get("pandas")
+    if pandas is not None and (value is pandas.NA or value is pandas.NaT):
         return None
     return value
 
 
-def _weather_values(record: dict[str, Any], name: str) -> np.ndarray:
+def _weather_values(record: Mapping[str, Any], name: str) -> np.ndarray:
     values = record.get(name)
     if values is None or (isinstance(values, float) and np.isnan(values)):
         return np.full(WINDOW_DAYS, np.nan)
@@ -63,14 +71,16 @@ def _weather_values(record: dict[str, Any], name: str) -> np.ndarray:
     return array
 
 
-def parse_planned(frame: pd.DataFrame) -> PlannedRows:
-    """Turn a request into attempt-input rows and daily weather; a row that cannot be read gets
-    its reason in `errors` and is left out of the frames."""
+def parse_planned(request: pd.DataFrame | Sequence[Mapping[str, Any]]) -> PlannedRows:
+    """Turn a request (a frame, or its rows as records) into attempt-input rows and daily
+    weather; a row that cannot be read gets its reason in `errors` and is left out of the
+    frames."""
+    records = request if isinstance(request, Sequence) else request.to_dict(orient="records")
     attempts: list[dict[str, Any]] = []
     weather: list[pl.DataFrame] = []
     errors: list[str | None] = []
     sources: list[str | None] = []
-    for row, record in enumerate(frame.to_dict(orient="records")):
+    for row, record in enumerate(records):
         sources.append(_value(record, "weather_source"))
         try:
             attempt, days = _parse_row(row, record)
@@ -92,7 +102,7 @@ def parse_planned(frame: pd.DataFrame) -> PlannedRows:
     )
 
 
-def _parse_row(row: int, record: dict[str, Any]) -> tuple[dict[str, Any], pl.DataFrame]:
+def _parse_row(row: int, record: Mapping[str, Any]) -> tuple[dict[str, Any], pl.DataFrame]:
     """One request row as an attempt-input row and its 90 days of weather, or a ValueError
     naming what is wrong with it. Each field is checked in turn, then the row is written out
     in the features' layout: one step a field, so the function is as long as the layout."""

@@ -11,11 +11,12 @@ band.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 import numpy as np
-import pandas as pd
 import polars as pl
 import torch
 
@@ -27,6 +28,9 @@ from deepsummit.features.windows import compute_windows
 from deepsummit.model.transformer import DeepSummitTransformer
 from deepsummit.serve.inference import ensemble_logit, member_logits, to_tensors
 from deepsummit.serve.planned import PlannedRows, parse_planned
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 REQUEST_SOURCE = "request"  # the weather_daily source name of a request's own rows
 # The note on an answer the weather took no part in (a request row without any weather).
@@ -78,9 +82,14 @@ class Scored:
     notes: list[str]
     top_tokens: list[list[tuple[str, float]]]
 
+    def token_text(self, row: int) -> str:
+        """The tokens that weighed most in the answer to `row`, "; "-joined with their share."""
+        return "; ".join(f"{name} {share:.1%}" for name, share in self.top_tokens[row])
+
     def frame(self, with_tokens: bool = False) -> pd.DataFrame:
         """The answer as the pyfunc returns it. A row without a value holds None, never NaN,
         so that the scoring server's JSON is JSON (`null`) for every client."""
+        import pandas as pd  # here: `deepsummit predict` reads the answer without a frame
 
         def numbers(values: np.ndarray) -> pd.Series:
             return pd.Series([None if np.isnan(v) else float(v) for v in values], dtype=object)
@@ -96,10 +105,7 @@ class Scored:
             }
         )
         if with_tokens:
-            frame["top_tokens"] = [
-                "; ".join(f"{name} {share:.1%}" for name, share in tokens)
-                for tokens in self.top_tokens
-            ]
+            frame["top_tokens"] = [self.token_text(row) for row in range(len(self.top_tokens))]
         return frame
 
 
@@ -122,8 +128,15 @@ def planned_features(
     return _complete_windows(artifact, features, windows, errors)
 
 
-def score(artifact: ModelArtifact, request: pd.DataFrame, top_tokens: int = 0) -> Scored:
-    """Score every row of `request` (the layout of deepsummit/serve/planned.py)."""
+def score(
+    artifact: ModelArtifact,
+    request: pd.DataFrame | Sequence[Mapping[str, Any]],
+    top_tokens: int = 0,
+    rows_per_pass: int = 1024,
+) -> Scored:
+    """Score every row of `request` (the layout of deepsummit/serve/planned.py: a frame, or its
+    rows as records), `rows_per_pass` rows in each forward pass (1: each answer is, to the last
+    bit, the model's answer to that row asked alone; in a batch it may differ by 1e-9)."""
     planned = parse_planned(request)
     n = len(planned.errors)
     errors = list(planned.errors)
@@ -136,7 +149,7 @@ def score(artifact: ModelArtifact, request: pd.DataFrame, top_tokens: int = 0) -
         rows = features["window_id"].cast(pl.Int64).to_numpy()
         arrays = artifact.preprocessor.transform(features, windows, ("window_id", "smtdate"))
         inputs = arrays.model_inputs()
-        logits = member_logits(artifact.networks, inputs)
+        logits = member_logits(artifact.networks, inputs, rows_per_pass)
         members = artifact.calibrator.probabilities(logits)
         probability[rows] = artifact.calibrator.probabilities(ensemble_logit(logits))
         low[rows], high[rows] = members.min(0), members.max(0)
