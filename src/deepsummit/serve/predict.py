@@ -39,7 +39,7 @@ from deepsummit.core.planned import planned_record, season_of, today
 from deepsummit.core.warehouse import connect, query
 from deepsummit.serve.inference import BAND_MEANING, torch_threads
 from deepsummit.serve.planned import parse_planned
-from deepsummit.serve.scoring import Scored, score
+from deepsummit.serve.scoring import score
 
 TOP_TOKENS = 5
 LEAST_SURE = 2  # the member's groups named where the model was least sure
@@ -187,33 +187,30 @@ def predict_attempt(settings: Settings, planned: Mapping[str, Any]) -> Predictio
     local = verified_copy(settings.mlflow.tracking_uri, champion, settings.mlflow.model_cache_dir)
     artifact = ModelArtifact.load(local / ARTIFACT_PATH)
 
-    def asked(rows: list[dict[str, Any]], tokens: int = 0) -> Scored:
-        """Each row's answer as the registered model gives it to that row alone, to the last
-        bit (in a batch it may differ by 1e-9): one row a forward pass, a few milliseconds."""
-        request = [{**row, "weather_source": source, **weather} for row in rows]
-        with torch_threads(FORWARD_THREADS):
-            return score(artifact, request, tokens, rows_per_pass=1)
-
-    answer = asked([record], TOP_TOKENS)
-    [error] = answer.errors
+    # The member and each change of the member in one request (the features built once), each
+    # row a forward pass of its own: every answer is, to the last bit, the registered model's to
+    # that row asked alone (in a batch it may differ by 1e-9), and a pass takes milliseconds.
+    changes = member_changes(record)
+    rows = [{**row, "weather_source": source, **weather} for row in (record, *changes.values())]
+    with torch_threads(FORWARD_THREADS):
+        answers = score(artifact, rows, TOP_TOKENS, rows_per_pass=1)
+    error = answers.errors[0]
     if error:
         raise BadInput(error)
-    changes = member_changes(record)
-    changed = asked(list(changes.values()))
     return Prediction(
-        probability=float(answer.probability[0]),
-        low=float(answer.low[0]),
-        high=float(answer.high[0]),
-        top_tokens=answer.token_text(0),
-        notes="; ".join(filter(None, [why_absent, answer.notes[0]])),
-        weather_used=bool(answer.weather_used[0]),
+        probability=float(answers.probability[0]),
+        low=float(answers.low[0]),
+        high=float(answers.high[0]),
+        top_tokens=answers.token_text(0),
+        notes="; ".join(filter(None, [why_absent, answers.notes[0]])),
+        weather_used=bool(answers.weather_used[0]),
         model_uri=f"models:/{champion.name}@{settings.mlflow.champion_alias}",
         model_version=str(champion.version),
         weather_source=source,
         attempt=dict(planned),
         by_member={
             change: float(probability)
-            for change, probability in zip(changes, changed.probability, strict=True)
+            for change, probability in zip(changes, answers.probability[1:], strict=True)
             if not math.isnan(probability)
         },
         least_sure=least_sure(artifact, record),

@@ -20,7 +20,6 @@ import numpy as np
 import polars as pl
 import torch
 
-from deepsummit.contracts.arrays import FeatureArrays
 from deepsummit.contracts.artifact import ModelArtifact
 from deepsummit.core.inputs import WEATHER_VARIABLES, WINDOW_DAYS, WINDOW_SCALES
 from deepsummit.features.tabular import attempt_features, register_history
@@ -54,15 +53,30 @@ def weather_token_names() -> tuple[str, ...]:
     return tuple(names)
 
 
-def token_importance(model: DeepSummitTransformer, arrays: FeatureArrays) -> np.ndarray:
+def token_importance(
+    model: DeepSummitTransformer, inputs: dict[str, np.ndarray], rows_per_pass: int = 1024
+) -> np.ndarray:
     """Attention rollout from CLS (Abnar & Zuidema 2020), averaged over heads: (N, tokens − 1),
-    one share per non-CLS token, each row summing to 1. The residual path counts as half of
-    each layer's mixing, as in the paper."""
+    one share per non-CLS token, each row summing to 1, `rows_per_pass` rows a forward pass."""
+    n = len(inputs["numeric"])
+    return np.concatenate(
+        [
+            _rollout_from_cls(
+                model, {k: v[start : start + rows_per_pass] for k, v in inputs.items()}
+            )
+            for start in range(0, n, rows_per_pass)
+        ]
+    )
+
+
+def _rollout_from_cls(model: DeepSummitTransformer, inputs: dict[str, np.ndarray]) -> np.ndarray:
+    """The rollout of one forward pass. The residual path counts as half of each layer's
+    mixing, as in the paper."""
     model.eval()
     with torch.inference_mode():
-        _, attention = model(**to_tensors(arrays.model_inputs()), return_attention=True)
+        _, attention = model(**to_tensors(inputs), return_attention=True)
     size = attention[0].shape[-1]
-    rollout = torch.eye(size).expand(len(arrays), size, size)
+    rollout = torch.eye(size).expand(len(inputs["numeric"]), size, size)
     for layer in attention:
         mixing = 0.5 * layer.mean(dim=1) + 0.5 * torch.eye(size)
         rollout = (mixing / mixing.sum(dim=-1, keepdim=True)) @ rollout
@@ -170,7 +184,9 @@ def score(
             notes[row] = "; ".join(filter(None, found))
         if top_tokens:
             names = (*artifact.preprocessor.inputs.names, *weather_token_names())
-            shares = np.mean([token_importance(n, arrays) for n in artifact.networks], axis=0)
+            shares = np.mean(
+                [token_importance(n, inputs, rows_per_pass) for n in artifact.networks], axis=0
+            )
             for position, row in enumerate(rows):
                 order = np.argsort(shares[position])[::-1][:top_tokens]
                 tokens[row] = [(names[i], float(shares[position, i])) for i in order]
