@@ -72,11 +72,14 @@ def overrides(
 
 
 def cli(
-    overrides: dict[str, Any], *args: str, python: tuple[str, ...] = ()
+    overrides: dict[str, Any],
+    *args: str,
+    python: tuple[str, ...] = (),
+    program: tuple[str, ...] = ("-m", "deepsummit.cli.app"),
 ) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "DEEPSUMMIT_"))}
     result = subprocess.run(
-        [sys.executable, *python, "-m", "deepsummit.cli.app", *args],
+        [sys.executable, *python, *program, *args],
         env={**env, **as_environment(overrides)},
         cwd=PROJECT_ROOT,
         capture_output=True,
@@ -113,6 +116,28 @@ def test_predict_json_is_the_prediction_and_a_second_call_imports_no_mlflow_nor_
     # pandas neither: no part of the answer, and a quarter of a second of its start.
     unused = ("mlflow", "prefect", "pandas")
     assert not [name for name in imported if name.split(".")[0] in unused]
+
+
+IN_PROCESS = """
+import sys
+from typer.testing import CliRunner
+from deepsummit.cli.app import app
+result = CliRunner().invoke(app, sys.argv[1:])
+print("returned", result.exit_code)
+print(result.output)
+"""
+
+
+def test_predict_called_in_process_returns(overrides) -> None:
+    """As a script runs it, predict ends its process without the interpreter's teardown; called
+    in-process (a test's runner), it returns with its output. Asked in a process of its own: a
+    pytest ended by it would stop short and still exit 0."""
+    result = cli(
+        overrides,
+        *("predict", *EVEREST_OPTIONS, "--nationality", "USA"),
+        program=("-c", IN_PROCESS),
+    )
+    assert result.stdout.startswith("returned 0\nP(summit) = "), result.stdout[-2000:]
 
 
 def test_outlook_json_is_the_replay_report(overrides) -> None:

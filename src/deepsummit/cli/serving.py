@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import datetime as dt
+import logging
+import os
+import sys
 from typing import Annotated, Any
 
 import typer
@@ -50,6 +53,21 @@ def predict(
         print_json(prediction.as_dict())
     else:
         typer.echo(prediction.render())
+    exit_without_teardown()
+
+
+def exit_without_teardown() -> None:
+    """End a command line's process now, exit code 0, its output flushed, without the
+    interpreter's teardown: freeing PyTorch's modules object by object took 0.6 s of CPU after
+    the answer was printed (a third of the process). Nothing of predict's needs it (its
+    warehouse connections and files are closed, the rest is memory). Called in-process (a
+    test's runner, whose stdout is not the process's), it returns."""
+    if sys.stdout is not sys.__stdout__:
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    logging.shutdown()
+    os._exit(ExitCode.OK)
 
 
 @command()
