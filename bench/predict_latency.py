@@ -9,10 +9,13 @@ The baseline runs with this venv's Python, that checkout's src/ first on the pat
 checkout as the project folder (DEEPSUMMIT_PROJECT_DIR), so both commands read the same
 warehouse, registry and settings. They alternate run by run, after a warm-up run each (the
 first fills the champion's local copy), so that a machine slowing down slows both. Prints min,
-median and max wall seconds of each, and the median ratio. The attempt is the issue's:
+median and max wall seconds of each, and the median ratio. The attempt is issue 42's (with what
+the member changes: the same attempt at every age band's start and as the other sex):
 
-    deepsummit predict --peak AMAD --push-date 2019-05-10 --age 40 --sex M --nationality USA \\
-        --commercial
+    deepsummit predict --peak EVER --push-date 2019-05-20 --sex M --nationality USA --oxygen \\
+        --commercial --age 65
+
+`farm-bench -n 7 --vs 'BASELINE COMMAND' -- COMMAND` times the same pair with CPU seconds too.
 """
 
 from __future__ import annotations
@@ -28,8 +31,8 @@ from pathlib import Path
 
 PROJECT = Path(__file__).resolve().parents[1]
 ATTEMPT = (
-    "predict", "--peak", "AMAD", "--push-date", "2019-05-10", "--age", "40", "--sex", "M",
-    "--nationality", "USA", "--commercial",
+    "predict", "--peak", "EVER", "--push-date", "2019-05-20", "--sex", "M", "--nationality",
+    "USA", "--oxygen", "--commercial", "--age", "65",
 )  # fmt: skip
 
 
