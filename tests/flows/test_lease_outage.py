@@ -5,11 +5,15 @@ warehouse's flock until the stage is done: the lease lost, still one writer at a
 
 Real processes: the local Prefect server as `deepsummit up` starts it, stopped and restarted;
 `deepsummit ingest` as a person runs it, reading its members file from a local HTTP server that
-hands the file over only when the test says so (the stage is then provably mid-way).
+hands the file over only when the test says so (the stage is then provably mid-way). The outage
+outlasts the lease without a minute's wait: while the server is down, the leases it keeps on disk
+are dated as a minute later finds them, run out; the client's own renewal fails on its clock
+(45 s after it took the slot), as it would.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import subprocess
@@ -18,6 +22,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -30,7 +35,7 @@ from deepsummit.core.sections import PROJECT_ROOT
 from deepsummit.core.warehouse import connect, lock_file
 from deepsummit.services import supervisor
 from deepsummit.services.health import prefect_healthy
-from deepsummit.services.local import PREFECT_SERVER, ensure_prefect_auth
+from deepsummit.services.local import PREFECT_SERVER, ensure_prefect_auth, prefect_home
 from deepsummit.services.processes import stop_process
 
 LEASE_S = 60  # the least Prefect's server takes; renewed after 45 s
@@ -73,6 +78,20 @@ class HeldFile:
         self.release.set()
         self._http.shutdown()
         self._http.server_close()
+
+
+def _run_out_leases(settings: Any) -> int:
+    """Every slot lease the stopped server keeps on disk (Prefect's filesystem lease storage: a
+    file per lease and an index of expirations) made to have expired now, as the outage had
+    outlasted it; how many there were."""
+    storage = prefect_home(settings) / "concurrency_leases"
+    now = datetime.now(UTC).isoformat()
+    leases = [path for path in storage.glob("*.json") if path.name != "expirations.json"]
+    for path in leases:
+        path.write_text(json.dumps(json.loads(path.read_text()) | {"expiration": now}))
+    index = storage / "expirations.json"
+    index.write_text(json.dumps(dict.fromkeys(json.loads(index.read_text()), now)))
+    return len(leases)
 
 
 def _start_prefect_server(settings: Any) -> None:
@@ -142,13 +161,12 @@ def test_a_stage_that_loses_its_slot_lease_finishes_alone_and_the_next_run_gets_
         first = ingest()
         with _command_output(first) as first_lines:
             assert held.asked.wait(STARTUP_TIMEOUT_S), "the stage never asked for its file"
-            asked = time.monotonic()
             # The stage is reading its sources, slot held: the server goes away until the
             # lease has run out, and answers the next renewal that the lease is gone.
             stop_process(settings, PREFECT_SERVER)
-            time.sleep(max(0.0, asked + LEASE_S + 5 - time.monotonic()))
+            assert _run_out_leases(settings) == 1  # the stage's, kept on disk
             _start_prefect_server(settings)
-            # The renewal that was retrying through the outage fails for good.
+            # The renewal due 45 s after the slot was taken fails for good.
             _wait_for_line(first_lines, RENEWAL_FAILED, first_seen, 3 * LEASE_S)
             time.sleep(3)  # where Prefect interrupted the stage, it would have done so by now
             assert first.poll() is None, "\n".join(first_seen)
