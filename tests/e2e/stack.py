@@ -25,6 +25,8 @@ RUN_DEPLOYMENT_TASK = "run_deployment"
 # A command that runs a flow (outlook, weather) takes seconds on a quiet machine and minutes on a
 # busy one; pytest-timeout bounds the whole test.
 COMMAND_TIMEOUT_S = 600
+# How often a run's state or its events are asked for: a wait loses half of it on average.
+POLL_S = 0.5
 
 
 class Stack:
@@ -89,7 +91,7 @@ class Stack:
                 continue
             if run["state_type"] in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED"):
                 return run
-            time.sleep(2)
+            time.sleep(POLL_S)
         raise AssertionError(f"flow run {flow_run_id} not finished after {timeout_s} s")
 
     def materialized(self, *flow_run_ids: str, timeout_s: float = 60) -> dict[str, set[str]]:
@@ -119,7 +121,7 @@ class Stack:
                 return upstream
             if time.monotonic() > deadline:
                 raise AssertionError(f"no model version materialised: {sorted(upstream)}")
-            time.sleep(2)
+            time.sleep(POLL_S)
 
     def task_states(self, flow_run_id: str) -> dict[str, str]:
         """The run's tasks by name, without those standing for a child flow run (Prefect names
