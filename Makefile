@@ -7,6 +7,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # Debian's Chromium and its driver, for the browser checks of the end-to-end tests.
 CHROMEDRIVER := /usr/bin/chromedriver
+# Debian's PostgreSQL server, for the end-to-end test on the production backends
+# (deepsummit/services/postgres.py finds the newest under /usr/lib/postgresql).
+POSTGRES := /usr/bin/pg_ctlcluster
 NPM := /usr/bin/npm
 DOCS_ASSETS := deployments/data-docs-assets
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
@@ -31,6 +34,10 @@ $(NPM):
 	$(SUDO) apt-get update -qq
 	$(SUDO) apt-get install -y -qq npm
 
+$(POSTGRES):
+	$(SUDO) apt-get update -qq
+	$(SUDO) apt-get install -y -qq postgresql
+
 $(CHROMEDRIVER):
 	$(SUDO) apt-get update -qq
 	$(SUDO) apt-get install -y -qq chromium chromium-driver
@@ -39,7 +46,7 @@ $(CHROMEDRIVER):
 # (servers, a harness, a training) are made once; the 25 slowest steps are printed.
 TEST_WORKERS ?= 2
 
-test: $(STAMP) $(CHROMEDRIVER)
+test: $(STAMP) $(CHROMEDRIVER) $(POSTGRES)
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=25

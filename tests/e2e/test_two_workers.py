@@ -1,12 +1,15 @@
-"""`prefect deployment run summit/train` with its training on another machine: the data worker
-(`deepsummit up`'s, in the checkout) runs ingest, weather and features; a training worker on the
-`gpu` pool, in namespaces of its own (tests/remote_worker.py: its own code copy, HOME and var/,
-the checkout and the stack's folder hidden from it), trains and registers. Nothing crosses
-between them but the Prefect and MLflow servers: the snapshot goes by URI, the report comes back
-the same way. Then `predict` answers from the version the second worker registered."""
+"""`prefect deployment run summit/train` with its training on another machine, on the
+production backends (the Prefect server and MLflow on PostgreSQL, MLflow serving the artifacts):
+the data worker (`deepsummit up`'s, in the checkout) runs ingest, weather and features; a
+training worker on the `gpu` pool, in namespaces of its own (tests/remote_worker.py: its own
+code copy, HOME and var/, the checkout and the stack's folder hidden from it), trains and
+registers. Nothing crosses between them but the Prefect and MLflow servers: the snapshot goes by
+URI, the report comes back the same way. Then `predict` answers from the version the second
+worker registered."""
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Iterator
@@ -19,16 +22,20 @@ from mlflow import MlflowClient
 from prefect.client.orchestration import get_client
 from prefect.settings import temporary_settings
 from remote_worker import Worker, can_isolate, create_pool, remote_worker
+from services_fixtures import free_port
 
 from deepsummit.contracts.champion import champion_version
 from deepsummit.flows.summit import LINEAGE_ARTIFACT
+from deepsummit.services import postgres
 from deepsummit.services import supervisor as services
 
 WHY_NOT = can_isolate()
+NO_POSTGRES = postgres.unavailable()
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.timeout(900),
     pytest.mark.skipif(WHY_NOT is not None, reason=f"no isolated worker: {WHY_NOT}"),
+    pytest.mark.skipif(NO_POSTGRES is not None, reason=f"no PostgreSQL: {NO_POSTGRES}"),
 ]
 
 GPU_POOL = "gpu"  # the pool the training deployment of prefect.yaml runs on
@@ -47,7 +54,11 @@ class TwoWorkers:
 @pytest.fixture(scope="module")
 def two_workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwoWorkers]:
     stack = Stack(
-        tmp_path_factory.mktemp("data-side"), {"train": {"deployment": TRAINING_DEPLOYMENT}}
+        tmp_path_factory.mktemp("data-side"),
+        {
+            "train": {"deployment": TRAINING_DEPLOYMENT},
+            "services": {"database": "postgresql", "postgres_port": free_port()},
+        },
     )
     remote_root = tmp_path_factory.mktemp("training-side")
     try:
@@ -135,3 +146,29 @@ def test_the_training_worker_never_saw_the_data_sides_folder(two_workers: TwoWor
     remote_var = two_workers.remote_root / "var"
     assert not list(remote_var.rglob("*.duckdb"))
     assert not remote_lines(two_workers.remote, str(two_workers.stack.root))
+
+
+def test_the_servers_keep_their_records_in_postgresql(two_workers: TwoWorkers) -> None:
+    """The chain's flow runs are rows of the Prefect server's PostgreSQL database, the model
+    version a row of MLflow's, and no SQLite file of either was made."""
+    settings = two_workers.stack.settings
+    flow_runs = postgres.sql(
+        settings, f"SELECT count(*) FROM flow_run WHERE id = '{two_workers.chain_run}'", "prefect"
+    )
+    versions = postgres.sql(settings, "SELECT count(*) FROM model_versions", "mlflow")
+    assert int(flow_runs) == 1 and int(versions) >= 1
+    assert not list(two_workers.stack.root.rglob("*.db"))
+
+
+def test_down_stops_postgresql_after_the_servers(two_workers: TwoWorkers) -> None:
+    """Last in this module: `deepsummit down` stops the cluster too, and nothing of it runs."""
+    stack = two_workers.stack
+    pid = int(json.loads((stack.settings.services.run_dir / "postgres.pid").read_text())["pid"])
+    lines = stack.cli("down").splitlines()
+    assert lines[-1].startswith("postgres: ")  # after the servers it serves
+    assert not Path(f"/proc/{pid}").exists() or _zombie(pid)
+    assert not postgres.healthy(stack.settings)
+
+
+def _zombie(pid: int) -> bool:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"

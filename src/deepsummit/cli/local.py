@@ -64,6 +64,8 @@ def status(profile: Profile = None, as_json: AsJson = False) -> None:
 
 def _status_document(settings: Settings) -> dict[str, Any]:
     """What `deepsummit status` reports, as data (its --json document)."""
+    from sqlalchemy.engine import make_url  # not for every command: 0.3 s to import
+
     warehouse = settings.paths.warehouse
     backend, artifacts = services.mlflow_store(settings)
     return {
@@ -73,7 +75,8 @@ def _status_document(settings: Settings) -> dict[str, Any]:
         },
         "mlflow": {
             "tracking_uri": settings.mlflow.tracking_uri,
-            "server_store": backend,
+            # A PostgreSQL URL holds the cluster's password: shown masked.
+            "server_store": make_url(backend).render_as_string(hide_password=True),
             "server_artifacts": artifacts,
         },
         "prefect": {

@@ -376,6 +376,11 @@ class ServicesConfig(Section):
     # with its machine frees the slot this long after. Prefect's server takes 60 s at least.
     slot_lease_s: float = Field(300.0, ge=60, le=86_400)
     run_dir: ProjectPath = Path("var/services")
+    # The Prefect server's database and MLflow's backend store: SQLite files under var/, or a
+    # PostgreSQL cluster `deepsummit up` starts on postgres_port (deepsummit/services/postgres.py),
+    # as in production.
+    database: Literal["sqlite", "postgresql"] = "sqlite"
+    postgres_port: int = 5442  # not 5432, where a packaged cluster of the host may listen
 
     @property
     def prefect_api_url(self) -> str:

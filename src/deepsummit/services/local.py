@@ -76,13 +76,18 @@ def prefect_auth_string(settings: Settings) -> str | None:
 
 
 def ensure_prefect_auth(settings: Settings) -> None:
-    """Generate the server's secret once, readable by this user only (O_EXCL: never clobber one
-    a running server already uses); refuse one that other users can read."""
-    path = prefect_auth_file(settings)
+    """Generate the server's secret once (`deepsummit:<password>`)."""
+    ensure_secret(prefect_auth_file(settings), prefix="deepsummit:")
+
+
+def ensure_secret(path: Path, prefix: str = "") -> None:
+    """Write a generated password to `path` once, readable by this user only (O_EXCL: never
+    clobber one a running server already uses); refuse one that other users can read."""
     if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
         descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(descriptor, "w") as file:
-            file.write(f"deepsummit:{secrets.token_urlsafe(32)}\n")
+            file.write(f"{prefix}{secrets.token_urlsafe(32)}\n")
     if path.stat().st_mode & 0o077:
         raise ServiceError(
             f"{path} is readable by other users: `chmod 600 {path}`; if it may have leaked,"
@@ -135,8 +140,12 @@ def browser_origins(settings: Settings, port: int) -> list[str]:
 
 
 def mlflow_store(settings: Settings) -> tuple[str, Path]:
-    """The MLflow server's backend store URI and artifact folder, both under var/."""
-    return (
-        f"sqlite:///{settings.paths.var_dir / 'mlflow.db'}",
-        settings.paths.var_dir / "mlartifacts",
-    )
+    """The MLflow server's backend store URI (a SQLite file under var/, or the `mlflow`
+    database of the PostgreSQL cluster) and its artifact folder under var/, which the server
+    alone writes: clients send and fetch artifacts through it (mlflow-artifacts:/)."""
+    artifacts = settings.paths.var_dir / "mlartifacts"
+    if settings.services.database == "postgresql":
+        from deepsummit.services.postgres import connection_url
+
+        return connection_url(settings, "mlflow"), artifacts
+    return f"sqlite:///{settings.paths.var_dir / 'mlflow.db'}", artifacts

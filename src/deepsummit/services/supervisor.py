@@ -26,7 +26,7 @@ import yaml
 
 from deepsummit.core.config import Settings
 from deepsummit.core.sections import PROJECT_DIR_VARIABLE, PROJECT_ROOT
-from deepsummit.services import alerts
+from deepsummit.services import alerts, postgres
 from deepsummit.services.health import (
     check_prefect_auth,
     mlflow_healthy,
@@ -80,7 +80,9 @@ def _mlflow_server_command(settings: Settings) -> list[str]:
         bin_path("mlflow"), "server",
         "--host", svc.host, "--port", str(svc.mlflow_port), "--workers", "1",
         "--backend-store-uri", backend,
-        "--artifacts-destination", str(artifacts),
+        # Clients send and fetch artifacts through the server (mlflow-artifacts:/): a worker on
+        # another machine needs no path into the store (MLflow 3's default, said explicitly).
+        "--serve-artifacts", "--artifacts-destination", str(artifacts),
         "--allowed-hosts", ",".join(hosts),
         "--cors-allowed-origins", ",".join(origins),
     ]  # fmt: skip
@@ -100,6 +102,10 @@ def _server_env(settings: Settings) -> dict[str, str]:
     env["PREFECT_UI_API_URL"] = env.pop("PREFECT_API_URL")
     # SQLite: wait for a lock instead of failing a concurrent write at once.
     env["PREFECT_SERVER_DATABASE_TIMEOUT"] = "60"
+    if settings.services.database == "postgresql":
+        env["PREFECT_SERVER_DATABASE_CONNECTION_URL"] = postgres.connection_url(
+            settings, "prefect", driver="postgresql+asyncpg"
+        )
     # Slot leases on disk (PREFECT_HOME), not in the server's memory: a restarted server would
     # otherwise have forgotten the lease of a slot it still counts as taken, and no run would
     # ever get that slot again (it frees a slot only by its lease).
@@ -231,13 +237,25 @@ def up(settings: Settings, timeout_s: float = 120.0) -> list[str]:
     svc = settings.services
     done: list[str] = []
     # What an earlier start left behind when its main process died holds the port: ours to stop.
-    for name in SERVICE_NAMES:
+    for name in service_names(settings):
         if leftovers(settings, name):
             done.append(f"{name}: {stop_process(settings, name)}")
     # Both ports first: a taken one stops `up` before it starts anything.
     _check_port(settings, PREFECT_SERVER, svc.prefect_port)
     _check_port(settings, MLFLOW_SERVER, svc.mlflow_port)
     ensure_prefect_auth(settings)
+    if svc.database == "postgresql":
+        _check_port(settings, postgres.POSTGRES, svc.postgres_port)
+        postgres.prepare(settings)
+        started = _ensure_process(
+            settings, postgres.POSTGRES, postgres.server_command(settings), {},
+            postgres.healthy, timeout_s,
+        )  # fmt: skip
+        created = postgres.create_databases(settings)
+        done.append(
+            f"{postgres.POSTGRES}: {'started' if started else 'already running'}"
+            + (f" (created {', '.join(created)})" if created else "")
+        )
     servers = (
         (PREFECT_SERVER, _prefect_server_command, _server_env(settings), prefect_healthy),
         (MLFLOW_SERVER, _mlflow_server_command, {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
@@ -257,9 +275,19 @@ def up(settings: Settings, timeout_s: float = 120.0) -> list[str]:
     return done
 
 
+def service_names(settings: Settings) -> tuple[str, ...]:
+    """The services `up` starts, in order: PostgreSQL first where the servers use it."""
+    if settings.services.database == "postgresql":
+        return (postgres.POSTGRES, *SERVICE_NAMES)
+    return SERVICE_NAMES
+
+
 def down(settings: Settings, grace_s: float = 10.0) -> list[str]:
     """Stop what `up` started, worker first (so no run is picked up while the servers stop)."""
-    return [f"{name}: {stop_process(settings, name, grace_s)}" for name in reversed(SERVICE_NAMES)]
+    return [
+        f"{name}: {stop_process(settings, name, grace_s)}"
+        for name in reversed(service_names(settings))
+    ]
 
 
 def describe_alerts(settings: Settings) -> str:
@@ -273,9 +301,10 @@ def status(settings: Settings) -> list[ServiceStatus]:
         PREFECT_SERVER: (svc.prefect_api_url.removesuffix("/api"), prefect_healthy),
         MLFLOW_SERVER: (svc.mlflow_url, mlflow_healthy),
         WORKER: (f"work pool {svc.work_pool!r}", worker_healthy),
+        postgres.POSTGRES: (f"postgresql://{svc.host}:{svc.postgres_port}", postgres.healthy),
     }
     statuses = []
-    for name in SERVICE_NAMES:
+    for name in service_names(settings):
         pid = recorded_pid(settings, name)
         url, check = urls[name]
         answering = check(settings)
