@@ -50,13 +50,21 @@ def _concurrently(*calls) -> list[Any]:
     return results
 
 
-def _task_run_span(state) -> tuple[Any, Any]:
+def _task_run_span(state, timeout_s: float = 60.0) -> tuple[Any, Any]:
+    """The flow run's one task run's start and end, once the server has it: the client sends
+    task runs as events, which a busy server may take a while to write."""
+    deadline = time.monotonic() + timeout_s
     with get_client(sync_client=True) as client:
-        (task_run,) = client.read_task_runs(
-            flow_run_filter=FlowRunFilter(
-                id=FlowRunFilterId(any_=[state.state_details.flow_run_id])
+        while True:
+            runs = client.read_task_runs(
+                flow_run_filter=FlowRunFilter(
+                    id=FlowRunFilterId(any_=[state.state_details.flow_run_id])
+                )
             )
-        )
+            if (runs and runs[0].end_time is not None) or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+    (task_run,) = runs
     return task_run.start_time, task_run.end_time
 
 
