@@ -27,7 +27,7 @@ from prefect.settings import PREFECT_API_AUTH_STRING, PREFECT_API_URL
 
 from deepsummit.core.config import Settings, deep_merge, load_settings
 from deepsummit.core.sections import PROJECT_ROOT
-from deepsummit.services import local
+from deepsummit.services import health, local
 from deepsummit.services import supervisor as services
 
 # Ports below the kernel's ephemeral range (net.ipv4.ip_local_port_range, 32768-60999 by
@@ -131,3 +131,30 @@ def output_lines(process: subprocess.Popen[str]) -> queue.Queue[str | None]:
 
     threading.Thread(target=read, daemon=True).start()
     return lines
+
+
+def mlflow_server_settings(root: Path, overrides: dict[str, Any] | None = None) -> Settings:
+    """Tiny-profile settings of an MLflow server on a free port with its files under `root`,
+    and `overrides` on top."""
+    port = free_port()
+    own = {
+        "paths": {"var_dir": str(root / "var")},
+        "services": {"run_dir": str(root / "services"), "mlflow_port": port},
+        "mlflow": {"tracking_uri": f"http://127.0.0.1:{port}"},
+    }
+    return load_settings("tiny", deep_merge(own, overrides or {}))
+
+
+def start_mlflow(settings: Settings) -> None:
+    """The MLflow server of `deepsummit up` alone, once it answers."""
+    services.start_process(
+        settings,
+        services.MLFLOW_SERVER,
+        services._mlflow_server_command(settings),
+        {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
+    )
+    health.wait_healthy(settings, services.MLFLOW_SERVER, services.mlflow_healthy, 120)
+
+
+def stop_mlflow(settings: Settings) -> None:
+    services.stop_process(settings, services.MLFLOW_SERVER, grace_s=2.0)

@@ -18,11 +18,10 @@ import pytest
 import torch
 from mlflow import MlflowClient
 from mlflow.entities import ViewType
-from services_fixtures import free_port, output_lines
+from services_fixtures import free_port, output_lines, start_mlflow
 from synthetic import DIMENSIONS, synthetic_arrays
 
 from deepsummit.core.config import Settings, load_settings
-from deepsummit.services import health
 from deepsummit.services import supervisor as services
 from deepsummit.train.checkpoint_store import checkpoints_experiment, discard_uploads
 from deepsummit.train.trainer import train_model
@@ -65,13 +64,6 @@ def server_settings(root: Path, seed: int = 42) -> tuple[Settings, dict]:
                   "checkpoint_upload_every": 1},
     }  # fmt: skip
     return load_settings("tiny", overrides=overrides), overrides
-
-
-def start_mlflow(settings: Settings) -> None:
-    services.start_process(
-        settings, services.MLFLOW_SERVER, services._mlflow_server_command(settings)
-    )
-    health.wait_healthy(settings, services.MLFLOW_SERVER, services.mlflow_healthy, 120)
 
 
 @pytest.fixture(scope="module")

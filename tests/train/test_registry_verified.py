@@ -19,7 +19,7 @@ import numpy as np
 import polars as pl
 import pytest
 from mlflow import MlflowClient
-from services_fixtures import free_port
+from services_fixtures import mlflow_server_settings, start_mlflow, stop_mlflow
 from training_fixtures import (
     TrainedRegistry,
     trained_registry_fixture,  # noqa: F401 (the fixture)
@@ -33,12 +33,11 @@ from deepsummit.contracts.champion import (
     load_verified,
 )
 from deepsummit.contracts.snapshot import PLANNED_TEST_FILE
-from deepsummit.core.config import Settings, load_settings
+from deepsummit.core.config import Settings
 from deepsummit.core.errors import ServiceUnavailable
 from deepsummit.core.inputs import Known
 from deepsummit.core.planned import KEY_COLUMNS
 from deepsummit.core.sections import MlflowConfig
-from deepsummit.services import health
 from deepsummit.services import supervisor as services
 from deepsummit.services.local import mlflow_store
 from deepsummit.train.registry import (
@@ -57,33 +56,10 @@ SHORT_OUTAGE_WAIT_S = 120.0
 LONG_OUTAGE_WAIT_S = 3.0
 
 
-def start_mlflow(settings: Settings) -> None:
-    services.start_process(
-        settings,
-        services.MLFLOW_SERVER,
-        services._mlflow_server_command(settings),
-        {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
-    )
-    health.wait_healthy(settings, services.MLFLOW_SERVER, services.mlflow_healthy, 120)
-
-
-def stop_mlflow(settings: Settings) -> None:
-    services.stop_process(settings, services.MLFLOW_SERVER, grace_s=2.0)
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
     """A real MLflow server (the `deepsummit up` one) on a free port, its files in a folder."""
-    root = tmp_path_factory.mktemp("server")
-    port = free_port()
-    settings = load_settings(
-        "tiny",
-        {
-            "paths": {"var_dir": str(root / "var")},
-            "services": {"run_dir": str(root / "services"), "mlflow_port": port},
-            "mlflow": {"tracking_uri": f"http://127.0.0.1:{port}"},
-        },
-    )
+    settings = mlflow_server_settings(tmp_path_factory.mktemp("server"))
     start_mlflow(settings)
     yield settings
     services.down(settings)

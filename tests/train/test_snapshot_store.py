@@ -9,12 +9,11 @@ from pathlib import Path
 
 import pytest
 from mlflow import MlflowClient
-from services_fixtures import free_port
+from services_fixtures import mlflow_server_settings, start_mlflow
 
 from deepsummit.contracts.artifact import files_digest
-from deepsummit.core.config import Settings, load_settings
+from deepsummit.core.config import Settings
 from deepsummit.core.errors import BadInput
-from deepsummit.services import health
 from deepsummit.services import supervisor as services
 from deepsummit.services.local import mlflow_store
 from deepsummit.train.snapshot_store import (
@@ -28,20 +27,8 @@ from deepsummit.train.snapshot_store import (
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
     """A real MLflow server (the `deepsummit up` one) on a free port, its files in a folder."""
-    root = tmp_path_factory.mktemp("server")
-    port = free_port()
-    settings = load_settings(
-        "tiny",
-        {
-            "paths": {"var_dir": str(root / "var")},
-            "services": {"run_dir": str(root / "services"), "mlflow_port": port},
-            "mlflow": {"tracking_uri": f"http://127.0.0.1:{port}"},
-        },
-    )
-    services.start_process(
-        settings, services.MLFLOW_SERVER, services._mlflow_server_command(settings), {}
-    )
-    health.wait_healthy(settings, services.MLFLOW_SERVER, services.mlflow_healthy, 120)
+    settings = mlflow_server_settings(tmp_path_factory.mktemp("server"))
+    start_mlflow(settings)
     yield settings
     services.down(settings)
 

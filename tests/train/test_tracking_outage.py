@@ -9,25 +9,17 @@ from pathlib import Path
 
 import pytest
 from mlflow import MlflowClient
-from services_fixtures import free_port
+from services_fixtures import free_port, start_mlflow
 
 from deepsummit.core.config import Settings, load_settings
 from deepsummit.core.context import RunContext
 from deepsummit.core.errors import PipelineError
-from deepsummit.services import health
 from deepsummit.services import supervisor as services
 from deepsummit.train.stage import train_and_register
 
 pytest_plugins = ["features_fixtures"]
 
 WAIT_S = 3.0
-
-
-def start_mlflow(settings: Settings) -> None:
-    services.start_process(
-        settings, services.MLFLOW_SERVER, services._mlflow_server_command(settings)
-    )
-    health.wait_healthy(settings, services.MLFLOW_SERVER, services.mlflow_healthy, 120)
 
 
 @pytest.fixture
