@@ -221,6 +221,23 @@ def verified_copy(
     return folder
 
 
+def experiment_named(client: MlflowClient, name: str) -> str:
+    """The id of the experiment `name`, created when missing (or the one another worker
+    created meanwhile)."""
+    from mlflow.exceptions import MlflowException
+
+    experiment = client.get_experiment_by_name(name)
+    if experiment is not None:
+        return experiment.experiment_id
+    try:
+        return client.create_experiment(name)
+    except MlflowException:
+        experiment = client.get_experiment_by_name(name)
+        if experiment is None:
+            raise
+        return experiment.experiment_id
+
+
 def download_folder(
     tracking_uri: str, artifact_uri: str, folder: Path, check: Callable[[Path], None]
 ) -> None:

@@ -217,9 +217,9 @@ class UploadedCheckpoint:
 
     def _training_run(self, client) -> str:
         """This key's run: the one uploaded to before, else a new one (and its experiment)."""
-        name = checkpoints_experiment(self.config)
-        experiment = client.get_experiment_by_name(name)
-        experiment_id = experiment.experiment_id if experiment else _create_experiment(client, name)
+        from deepsummit.contracts.champion import experiment_named  # not on a bare GPU worker
+
+        experiment_id = experiment_named(client, checkpoints_experiment(self.config))
         runs = client.search_runs(
             [experiment_id], filter_string=f"tags.`{TAG_KEY}` = '{self.key}'", max_results=1
         )
@@ -228,19 +228,6 @@ class UploadedCheckpoint:
         tags = {TAG_KEY: self.key, TAG_SIGNATURE: self.signature, TAG_FOLDER: self.folder}
         run = client.create_run(experiment_id, tags=tags, run_name=f"checkpoint-{self.key}")
         return run.info.run_id
-
-
-def _create_experiment(client, name: str) -> str:
-    """The experiment `name`, created; or the one another worker created meanwhile."""
-    from mlflow.exceptions import MlflowException
-
-    try:
-        return client.create_experiment(name)
-    except MlflowException:
-        experiment = client.get_experiment_by_name(name)
-        if experiment is None:
-            raise
-        return experiment.experiment_id
 
 
 def discard_uploads(config: MlflowConfig, folder: str) -> int:

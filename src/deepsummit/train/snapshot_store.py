@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from deepsummit.contracts.artifact import files_digest
-from deepsummit.contracts.champion import download_folder
+from deepsummit.contracts.champion import download_folder, experiment_named
 from deepsummit.core.errors import BadInput
 from deepsummit.core.sections import MlflowConfig
 
@@ -49,19 +49,15 @@ def publish_snapshot(config: MlflowConfig, directory: Path) -> PublishedSnapshot
     folder = directory.resolve()  # the generation the snapshot's link names now
     digest = files_digest(folder)
     client = MlflowClient(config.tracking_uri)
-    experiment = client.get_experiment_by_name(features_experiment(config))
-    if experiment is None:
-        experiment_id = client.create_experiment(features_experiment(config))
-    else:
-        experiment_id = experiment.experiment_id
-        found = client.search_runs(
-            [experiment_id],
-            filter_string=f"tags.`{TAG_DIGEST}` = '{digest}' and tags.`{TAG_COMPLETE}` = 'true'",
-            max_results=1,
-        )
-        if found:
-            run_id = found[0].info.run_id
-            return PublishedSnapshot(f"runs:/{run_id}/{ARTIFACT_DIR}", digest, run_id, 0.0)
+    experiment_id = experiment_named(client, features_experiment(config))
+    found = client.search_runs(
+        [experiment_id],
+        filter_string=f"tags.`{TAG_DIGEST}` = '{digest}' and tags.`{TAG_COMPLETE}` = 'true'",
+        max_results=1,
+    )
+    if found:
+        run_id = found[0].info.run_id
+        return PublishedSnapshot(f"runs:/{run_id}/{ARTIFACT_DIR}", digest, run_id, 0.0)
     run = client.create_run(
         experiment_id, run_name=f"features-{digest[:12]}", tags={TAG_DIGEST: digest}
     )
