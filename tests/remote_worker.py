@@ -137,8 +137,9 @@ def _worker(
     hidden: list[Path],
     python: Path,
     python_binding: tuple[Path, Path] | None = None,
+    hostname: str | None = None,
 ) -> Iterator[Worker]:
-    hostname = f"worker-{pool}"
+    hostname = hostname or f"worker-{pool}"
     source, target = python_binding or ("", "")
     enter = [hostname, str(source), str(target), *map(str, hidden)]
     command = [str(python), "-m", "prefect", "worker", "start", "--pool", pool,
@@ -222,9 +223,11 @@ def remote_worker(
     prefect: dict[str, str],
     overrides: dict[str, Any],
     hidden: list[Path],
+    hostname: str | None = None,
 ) -> Iterator[Worker]:
     """A worker of `pool` as on another machine, in `root` (see the module docstring): the
-    checkout and `hidden` are empty folders to it."""
+    checkout and `hidden` are empty folders to it. `hostname` (also its worker name) tells two
+    such machines of one pool apart; by default worker-<pool>."""
     copy_code(root / "code")
     for folder in ("home", "tmp"):
         (root / folder).mkdir(parents=True, exist_ok=True)
@@ -240,6 +243,7 @@ def remote_worker(
         [PROJECT_ROOT, *hidden],
         interpreter,
         python_binding=(environment, python),
+        hostname=hostname,
     ) as worker:
         yield worker
 

@@ -123,6 +123,20 @@ class Stack:
                 raise AssertionError(f"no model version materialised: {sorted(upstream)}")
             time.sleep(POLL_S)
 
+    def log_messages(self, flow_run_id: str, phrase: str) -> list[str]:
+        """The flow run's log messages on the server that hold `phrase`, oldest first."""
+        logs = self.post(
+            "/logs/filter",
+            {
+                "logs": {
+                    "flow_run_id": {"any_": [flow_run_id]},
+                    "text": {"query": f'"{phrase}"'},
+                },
+                "sort": "TIMESTAMP_ASC",
+            },
+        )
+        return [log["message"] for log in logs]
+
     def task_states(self, flow_run_id: str) -> dict[str, str]:
         """The run's tasks by name, without those standing for a child flow run (Prefect names
         one after its child and lists the child under Subflow Runs, not as a task)."""

@@ -285,7 +285,16 @@ class DriftConfig(Section):
 
 class TrainConfig(Section):
     # The snapshot's content enters the cache key as the train stage's input, not as a path.
-    OPERATIONAL = frozenset({"checkpoint_dir", "checkpoint_upload_every", "snapshot", "deployment"})
+    OPERATIONAL = frozenset(
+        {
+            "checkpoint_dir",
+            "checkpoint_upload_every",
+            "snapshot",
+            "deployment",
+            "worker_lost_s",
+            "worker_lost_restarts",
+        }
+    )
 
     learning_rate: float = 1e-4
     weight_decay: float = 0.05
@@ -342,6 +351,13 @@ class TrainConfig(Section):
     # fed the features snapshot by URI; in the chain's own process when it is blank, or when the
     # deployment, its pool or an online worker on it is missing (said in one line).
     deployment: str | None = "summit-train/local"
+    # A training flow run whose worker has sent the Prefect server no heartbeat for this long
+    # is taken for lost (its machine died: Prefect leaves the run RUNNING for ever): the chain
+    # marks it Crashed and starts the deployment again, which resumes from the uploaded
+    # checkpoint. Three of Prefect's worker heartbeats (PREFECT_WORKER_HEARTBEAT_SECONDS, 30 s).
+    worker_lost_s: float = Field(90.0, gt=0)
+    # How often one chain starts its training again after a lost worker before it fails.
+    worker_lost_restarts: int = Field(2, ge=0)
 
 
 class MlflowConfig(Section):

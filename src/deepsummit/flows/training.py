@@ -11,12 +11,13 @@ it lies, so a rerun with nothing changed trains nothing wherever it runs.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from prefect import flow, get_run_logger
-from prefect.client.orchestration import get_client
+from prefect.client.orchestration import SyncPrefectClient, get_client
 from prefect.client.schemas.filters import (
     FlowFilter,
     FlowFilterName,
@@ -28,6 +29,7 @@ from prefect.deployments import run_deployment
 from prefect.exceptions import ObjectNotFound
 from prefect.runtime import flow_run
 from prefect.settings import get_current_settings
+from prefect.states import Crashed
 
 from deepsummit.core.config import Settings, deep_merge, load_settings
 from deepsummit.core.errors import PipelineError
@@ -40,6 +42,8 @@ TRAINING_FLOW = "summit-train"
 # Under features.features_dir, beside the snapshots this machine builds (one level deeper, so
 # that `newest_features_dir` never takes a fetched copy for a snapshot built here).
 FETCHED_DIR = "fetched"
+# The label a Prefect worker gives each flow run it starts (prefect/workers/base.py).
+WORKER_NAME_LABEL = "prefect.worker.name"
 
 
 @dataclass(frozen=True)
@@ -108,24 +112,36 @@ def training_flow_run_id(chain_run: FlowRun) -> str:
 
 def train_in_deployment(chain: Chain, deployment: str) -> None:
     """Publish the chain's snapshot, run the train stage as a child flow run of `deployment`,
-    wait for it, and take its report and lineage rows as the chain's own."""
+    wait for it, and take its report and lineage rows as the chain's own.
+
+    A child whose worker is lost (no heartbeat for `train.worker_lost_s`) is marked Crashed and
+    started again as a new flow run of the same deployment, at most `train.worker_lost_restarts`
+    times; the new run resumes from the training's uploaded checkpoint."""
     from deepsummit.train.snapshot_store import publish_snapshot
 
     settings = chain.settings
     published = publish_snapshot(settings.mlflow, chain.reports["features"].directory)
     get_run_logger().info("train: on %s, snapshot %s", deployment, published.uri)
-    run = run_deployment(
-        deployment,
-        parameters={
-            "snapshot_uri": published.uri,
-            "snapshot_digest": published.digest,
-            "profile": chain.profile,
-            "overrides": chain.overrides,
-        },
-        flow_run_name=f"{flow_run.get_name() or 'local'}-train",
-        poll_interval=settings.services.worker_query_s,
-        tags=["deepsummit"],
-    )
+    parameters = {
+        "snapshot_uri": published.uri,
+        "snapshot_digest": published.digest,
+        "profile": chain.profile,
+        "overrides": chain.overrides,
+    }
+    name = f"{flow_run.get_name() or 'local'}-train"
+    run = _start_training(deployment, parameters, name)
+    for restart in range(1, settings.train.worker_lost_restarts + 2):
+        run, lost = _wait_for_training(run, settings)
+        if lost is None:
+            break
+        _crash(run, lost)
+        if restart > settings.train.worker_lost_restarts:
+            raise PipelineError(f"train: flow run {run.name} {lost}; no restart left")
+        lost_run = run
+        run = _start_training(deployment, parameters, f"{name}-{restart + 1}")
+        get_run_logger().warning(
+            "train: flow run %s %s; started again as flow run %s", lost_run.name, lost, run.name
+        )
     state = run.state
     if state is None or not state.is_completed():
         ended = f"{state.name}: {state.message or 'no message'}" if state else "no state"
@@ -135,6 +151,53 @@ def train_in_deployment(chain: Chain, deployment: str) -> None:
     where = flow_run_link(run)
     rows = [replace(row, links=f"{where} {row.links}".strip()) for row in training.lineage]
     chain.adopt(TRAIN, training.report, rows)
+
+
+def _start_training(deployment: str, parameters: dict[str, Any], name: str) -> FlowRun:
+    """A new child flow run of `deployment`, scheduled: any worker of its pool may take it."""
+    return run_deployment(
+        deployment, parameters=parameters, flow_run_name=name, timeout=0, tags=["deepsummit"]
+    )
+
+
+def _wait_for_training(run: FlowRun, settings: Settings) -> tuple[FlowRun, str | None]:
+    """`run` once it has ended, with None; or as it stands once the worker that took it has
+    been silent for `train.worker_lost_s`, with what happened in words.
+
+    A worker's silence is timed here, by when its last heartbeat time on the server last
+    changed, not against the server's clock (the chain's machine and the server's may differ)."""
+    heard: dict[str, tuple[Any, float]] = {}  # worker → (its last heartbeat time, seen at)
+    with get_client(sync_client=True) as client:
+        while True:
+            run = client.read_flow_run(run.id)
+            if run.state is not None and run.state.is_final():
+                return run, None
+            worker = run.labels.get(WORKER_NAME_LABEL)
+            if worker is not None and run.work_pool_name is not None:
+                silent_s = _silence(client, run.work_pool_name, str(worker), heard)
+                if silent_s > settings.train.worker_lost_s:
+                    return run, f"lost its worker {worker} (no heartbeat for {silent_s:.0f} s)"
+            time.sleep(settings.services.worker_query_s)
+
+
+def _silence(
+    client: SyncPrefectClient, pool: str, worker: str, heard: dict[str, tuple[Any, float]]
+) -> float:
+    """Seconds since `worker`'s heartbeat on `pool` was first seen as it stands now (`heard`
+    keeps what was seen); a worker the server no longer lists has its last one as it was."""
+    workers = client.read_workers_for_work_pool(pool)
+    beat = next((w.last_heartbeat_time for w in workers if w.name == worker), None)
+    seen = heard.get(worker)
+    if seen is None or (beat is not None and beat != seen[0]):
+        heard[worker] = (beat, time.monotonic())
+        return 0.0
+    return time.monotonic() - seen[1]
+
+
+def _crash(run: FlowRun, lost: str) -> None:
+    """Mark `run` Crashed: its worker took its process with it, nobody else will end it."""
+    with get_client(sync_client=True) as client:
+        client.set_flow_run_state(run.id, Crashed(message=f"flow run {lost}"), force=True)
 
 
 @flow(name=TRAINING_FLOW, log_prints=True)
