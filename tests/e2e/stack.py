@@ -124,18 +124,20 @@ class Stack:
             time.sleep(POLL_S)
 
     def log_messages(self, flow_run_id: str, phrase: str) -> list[str]:
-        """The flow run's log messages on the server that hold `phrase`, oldest first."""
-        logs = self.post(
+        """The flow run's log messages on the server that hold `phrase`, oldest first (read a
+        page at a time: the server answers at most 200 a request)."""
+        messages: list[str] = []
+        while page := self.post(
             "/logs/filter",
             {
-                "logs": {
-                    "flow_run_id": {"any_": [flow_run_id]},
-                    "text": {"query": f'"{phrase}"'},
-                },
+                "logs": {"flow_run_id": {"any_": [flow_run_id]}},
                 "sort": "TIMESTAMP_ASC",
+                "offset": len(messages),
+                "limit": 200,
             },
-        )
-        return [log["message"] for log in logs]
+        ):
+            messages += [log["message"] for log in page]
+        return [message for message in messages if phrase in message]
 
     def task_states(self, flow_run_id: str) -> dict[str, str]:
         """The run's tasks by name, without those standing for a child flow run (Prefect names

@@ -38,7 +38,7 @@ TRAINING_DEPLOYMENT = "summit-train/gpu"
 HEARTBEAT_S = 2  # the workers' PREFECT_WORKER_HEARTBEAT_SECONDS (the product's 30)
 WORKER_LOST_S = 6  # three missed heartbeats
 # Enough epochs that the first training is still going when its first checkpoint is uploaded.
-MAX_EPOCHS = 12
+MAX_EPOCHS = 6
 UPLOAD_TIMEOUT_S = 420  # ingest, weather and features, then the first epoch
 # From the kill to the chain's end: detecting the loss and training again from the checkpoint.
 # Without the chain's check it waits for ever; this bound makes that a failure.
@@ -146,7 +146,7 @@ def test_the_chain_says_in_one_line_that_the_worker_was_lost_and_completes(
     match = LOST_LINE.match(line)
     assert match, line
     lost, worker, silent_s, restarted = match.groups()
-    assert worker == "machine-a" and int(silent_s) > WORKER_LOST_S
+    assert worker == "machine-a" and int(silent_s) >= WORKER_LOST_S
     runs = training_runs(stack)
     assert set(runs) == {lost, restarted}
     assert runs[lost]["state_type"] == "CRASHED"
