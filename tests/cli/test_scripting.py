@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import duckdb
@@ -119,9 +122,13 @@ def test_version_says_briefly_that_the_registry_does_not_answer() -> None:
 
 
 def test_shell_completion_completes_the_commands() -> None:
+    # Typer finds the user's shell among the command's parents: run it from bash, as a user
+    # does (`; :` keeps bash from replacing itself with the command). A test runner's own
+    # parents need not hold a shell (a runner started by nohup has none).
+    command = f"{shlex.quote(str(Path(sys.executable).parent / 'deepsummit'))} --show-completion; :"
+    script = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=60)
+    assert "_DEEPSUMMIT_COMPLETE=complete_bash" in script.stdout, script.stdout + script.stderr
     runner = CliRunner()
-    script = runner.invoke(app, ["--show-completion", "bash"], prog_name="deepsummit")
-    assert "_DEEPSUMMIT_COMPLETE=complete_bash" in script.output
     asked = {"COMP_WORDS": "deepsummit pre", "COMP_CWORD": "1"}
     completed = runner.invoke(
         app, [], prog_name="deepsummit", env={"_DEEPSUMMIT_COMPLETE": "complete_bash", **asked}
