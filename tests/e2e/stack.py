@@ -149,14 +149,18 @@ class Stack:
             if RUN_DEPLOYMENT_TASK not in run["task_key"]
         }
 
-    def training_run(self, chain_run_id: str) -> dict[str, Any]:
-        """The one flow run of the training flow whose parent task run is in `chain_run_id`."""
+    def training_runs(self, chain_run_id: str) -> dict[str, dict[str, Any]]:
+        """The flow runs of the training flow whose parent task run is in `chain_run_id`, by
+        name."""
         runs = self.post("/flow_runs/filter", {"flows": {"name": {"any_": [TRAINING_FLOW]}}})
-        children = [
-            run
+        return {
+            run["name"]: run
             for run in runs
             if run["parent_task_run_id"]
             and self.get(f"/task_runs/{run['parent_task_run_id']}")["flow_run_id"] == chain_run_id
-        ]
-        assert len(children) == 1, [run["name"] for run in runs]
-        return children[0]
+        }
+
+    def training_run(self, chain_run_id: str) -> dict[str, Any]:
+        """The one flow run of the training flow whose parent task run is in `chain_run_id`."""
+        [child] = self.training_runs(chain_run_id).values()
+        return child

@@ -98,8 +98,9 @@ def flow_run_link(run: FlowRun) -> str:
 
 
 def training_flow_run_id(chain_run: FlowRun) -> str:
-    """The flow run that trained for the chain's flow run `chain_run`: its child of the training
-    flow, or the chain's run itself where it trained in its own process."""
+    """The flow run that trained for the chain's flow run `chain_run`: its completed child of the
+    training flow (a child whose worker was lost ended Crashed, and the one started after it
+    completed), or the chain's run itself where it trained in its own process."""
     with get_client(sync_client=True) as client:
         children = client.read_flow_runs(
             flow_filter=FlowFilter(name=FlowFilterName(any_=[TRAINING_FLOW])),
@@ -107,7 +108,8 @@ def training_flow_run_id(chain_run: FlowRun) -> str:
                 parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[chain_run.id])
             ),
         )
-    return str(children[0].id if children else chain_run.id)
+    completed = [child for child in children if child.state and child.state.is_completed()]
+    return str(next(iter(completed or children), chain_run).id)
 
 
 def train_in_deployment(chain: Chain, deployment: str) -> None:
