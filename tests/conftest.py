@@ -1,6 +1,9 @@
 """Session-wide test settings: quiet, offline, and never touching the developer's var/ folder."""
 
 import os
+import sys
+
+import pytest
 
 # Set before any test module imports prefect, mlflow or matplotlib.
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
@@ -10,3 +13,19 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 os.environ.setdefault("TQDM_DISABLE", "1")
+
+# A sender whose server is gone retries each queued item for about a minute: bound the wait.
+SENDER_DRAIN_TIMEOUT_S = 10.0
+
+
+@pytest.fixture(scope="module", autouse=True)
+def prefect_senders_of_this_module() -> None:
+    """Prefect's in-process event and log senders live as long as the process, not as long as
+    a server: each keeps the connection it opened to the server of the module that first sent
+    through it, and would send this module's task runs and logs there. A module starts with
+    none (the next event opens a sender to this module's server)."""
+    if "prefect" not in sys.modules:
+        return  # nothing imported Prefect yet: no sender exists
+    from prefect._internal.concurrency.services import _QueueServiceBase
+
+    _QueueServiceBase.drain_all(timeout=SENDER_DRAIN_TIMEOUT_S)

@@ -65,7 +65,7 @@ class ScriptedServer:
                 self.end_headers()
                 self.wfile.write(body)
 
-            do_GET = do_POST = do_DELETE = _answer
+            do_GET = do_POST = do_PATCH = do_DELETE = _answer
 
             def log_message(self, *args: Any) -> None:  # keep the test output quiet
                 pass

@@ -1,6 +1,6 @@
 """deepsummit/services/prefect_api.py against a real local HTTP server with scripted answers:
-which of Prefect's requests ride out a busy server (the idempotent ones, the reads Prefect takes
-as POST, a deduplicated create) and which are sent once."""
+which of Prefect's requests ride out a busy server (the idempotent ones, the field updates sent
+as PATCH, the reads Prefect takes as POST, a deduplicated create) and which are sent once."""
 
 from __future__ import annotations
 
@@ -31,6 +31,19 @@ def test_a_read_sent_as_post_is_retried(path: str) -> None:
     with scripted_server(NO_CSRF, BUSY, Answer(200, body=[])) as server:
         assert PrefectApi(f"{server.url}/api", None, FAST).post(path, {}) == []
     assert len(server.received) == 3
+
+
+def test_a_patch_rides_out_a_busy_server() -> None:
+    """The flake of stop 46: PATCH /work_pools/gpu answered 503 (SQLite busy) under load."""
+    template = {"base_job_template": {"variables": {}}}
+    with scripted_server(NO_CSRF, BUSY, Answer(204)) as server:
+        assert (
+            PrefectApi(f"{server.url}/api", None, FAST).request(
+                "PATCH", "/work_pools/gpu", template
+            )
+            is None
+        )
+    assert [request.method for request in server.received] == ["GET", "PATCH", "PATCH"]
 
 
 def test_a_create_is_sent_once_unless_the_server_deduplicates_it() -> None:

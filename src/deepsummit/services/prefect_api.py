@@ -100,8 +100,12 @@ class PrefectApi:
 
 
 def _repeatable(method: str, path: str, body: dict[str, Any] | None) -> bool | None:
-    """Whether a POST may be sent again after a transient answer (a read, or deduplicated by
-    the server); None for the other methods, which their idempotence decides."""
+    """Whether a POST or PATCH may be sent again after a transient answer; None for the other
+    methods, which their idempotence decides. A POST may when it is a read or the server
+    deduplicates it. Prefect's PATCHes set the fields they carry to the values sent (a work
+    pool's job template, a deployment's paused flag): the second leaves what the first left."""
+    if method == "PATCH":
+        return True
     if method != "POST":
         return None
     read = urlsplit(path).path.endswith(READ_POST_SUFFIXES)
