@@ -43,13 +43,14 @@ $(CHROMEDRIVER):
 	$(SUDO) apt-get install -y -qq chromium chromium-driver
 
 # The test files in parallel (pytest-xdist), each file on one worker so that its module fixtures
-# (servers, a harness, a training) are made once; the 25 slowest steps are printed.
+# (servers, a harness, a training) are made once, the long ones first (tests/conftest.py); the
+# 25 slowest steps are printed.
 TEST_WORKERS ?= 2
 
 test: $(STAMP) $(CHROMEDRIVER) $(POSTGRES)
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=25
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

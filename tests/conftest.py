@@ -18,6 +18,15 @@ os.environ.setdefault("TQDM_DISABLE", "1")
 SENDER_DRAIN_TIMEOUT_S = 10.0
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The modules marked `long` first, the others after them in their own order. `make test`
+    hands whole modules to its workers in this order (`--no-loadscope-reorder`): the short
+    ones then fill the end of the run on both workers. xdist's own order, most tests first,
+    left the one-test modules of a minute or two to the end, on one worker while the other
+    had nothing left to do."""
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)
+
+
 @pytest.fixture(scope="module", autouse=True)
 def prefect_senders_of_this_module() -> None:
     """Prefect's in-process event and log senders live as long as the process, not as long as

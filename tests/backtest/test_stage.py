@@ -24,6 +24,7 @@ from deepsummit.train.member_groups import ALL_PEAKS
 from deepsummit.train.recipe import Recipe, member_check, train_seeds
 
 pytest_plugins = ["features_fixtures"]
+pytestmark = pytest.mark.long
 
 
 @pytest.fixture(scope="module")

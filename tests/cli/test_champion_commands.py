@@ -29,6 +29,7 @@ from deepsummit.services import health
 from deepsummit.services import supervisor as services
 
 pytest_plugins = ["features_fixtures"]
+pytestmark = pytest.mark.long
 
 TEAM_FILE = PROJECT_ROOT / "deployments" / "outlook-team.csv"
 EVEREST = {"peak": "EVER", "push_date": dt.date(2019, 5, 20), "age": 35, "nationality": "USA"}

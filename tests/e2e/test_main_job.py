@@ -44,7 +44,7 @@ from deepsummit.flows.summit import (
 from deepsummit.serve.outlook import OUTLOOK_CHART_ALT
 from deepsummit.services import supervisor as services
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.e2e, pytest.mark.long, pytest.mark.timeout(900)]
 
 
 def _gone(pid: int) -> bool:

@@ -42,7 +42,7 @@ from deepsummit.core.sections import PROJECT_ROOT
 from deepsummit.services import supervisor as services
 from deepsummit.train import tuning
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
+pytestmark = [pytest.mark.e2e, pytest.mark.long, pytest.mark.timeout(1200)]
 
 SECOND_WORKER = "worker-2"
 STUDY_SECRET = "e2e-study"

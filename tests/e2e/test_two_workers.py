@@ -40,6 +40,7 @@ WHY_NOT = can_isolate()
 NO_POSTGRES = postgres.unavailable()
 pytestmark = [
     pytest.mark.e2e,
+    pytest.mark.long,
     pytest.mark.timeout(900),
     pytest.mark.skipif(WHY_NOT is not None, reason=f"no isolated worker: {WHY_NOT}"),
     pytest.mark.skipif(NO_POSTGRES is not None, reason=f"no PostgreSQL: {NO_POSTGRES}"),

@@ -27,6 +27,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import pytest
 from flows_fixtures import as_environment, isolated_paths, write_bundle_slice
 from services_fixtures import STARTUP_TIMEOUT_S, free_port, output_lines
 
@@ -37,6 +38,8 @@ from deepsummit.services import supervisor
 from deepsummit.services.health import prefect_healthy
 from deepsummit.services.local import PREFECT_SERVER, ensure_prefect_auth, prefect_home
 from deepsummit.services.processes import stop_process
+
+pytestmark = pytest.mark.long
 
 LEASE_S = 60  # the least Prefect's server takes; renewed after 45 s
 # Prefect's line when a renewal has failed three times (prefect/concurrency/_leases.py).

@@ -55,6 +55,8 @@ from deepsummit.flows.summit import (
 )
 from deepsummit.flows.training import training_deployment
 
+pytestmark = pytest.mark.long
+
 STAGES_RUN = ("ingest", "weather", "features", "train", "model_version", "drift")
 
 

@@ -50,6 +50,7 @@ from deepsummit.train.registry import (
 from deepsummit.train.tracking import training_run
 
 pytest_plugins = ["features_fixtures"]
+pytestmark = pytest.mark.long
 
 # Long enough for the server to be started again (about 7 s alone; more on a busy machine).
 SHORT_OUTAGE_WAIT_S = 120.0

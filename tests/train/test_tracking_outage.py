@@ -18,6 +18,7 @@ from deepsummit.services import supervisor as services
 from deepsummit.train.stage import train_and_register
 
 pytest_plugins = ["features_fixtures"]
+pytestmark = pytest.mark.long
 
 WAIT_S = 3.0
 
