@@ -1,10 +1,10 @@
-"""Where the test suite's CPU goes, by kind of process: runs a command (by default the pytest
-line of `make test`) and samples every process's own CPU seconds (utime + stime from /proc,
+"""Where the test suite's CPU goes, by kind of process: runs a command (by default `make
+test`) and samples every process's own CPU seconds (utime + stime from /proc,
 twice a second) until it ends, then prints CPU seconds and process counts by kind (xdist
 workers, flow-run processes, Prefect and MLflow servers, `deepsummit` commands, browsers, ...),
 the wall time and the exit code.
 
-    .venv/bin/python bench/suite_cpu.py                      # the whole suite, two workers
+    .venv/bin/python bench/suite_cpu.py                      # make test
     .venv/bin/python bench/suite_cpu.py -- .venv/bin/python -m pytest -q tests/e2e
 
 `/usr/bin/time` misses what it does not wait for (the servers `deepsummit up` detaches); this
@@ -20,7 +20,6 @@ import argparse
 import os
 import re
 import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -28,7 +27,7 @@ from pathlib import Path
 PROJECT = Path(__file__).resolve().parents[1]
 TICKS = os.sysconf("SC_CLK_TCK")
 SAMPLE_S = 0.5
-MAKE_TEST = [sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadfile", "-q"]
+MAKE_TEST = ["make", "test"]
 # The first pattern a command line matches names its kind.
 KINDS = (
     ("Prefect server", r"prefect server|uvicorn.*prefect|prefect\.server"),
@@ -69,7 +68,7 @@ def processes() -> dict[Key, tuple[float, str]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("command", nargs="*", help="default: make test's pytest line")
+    parser.add_argument("command", nargs="*", help="default: make test")
     args = parser.parse_args()
     before = {key: cpu for key, (cpu, _) in processes().items()}
     started = time.monotonic()
