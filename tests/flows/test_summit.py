@@ -441,16 +441,21 @@ def test_the_weather_stage_retries_rejected_responses_and_stops_at_the_quota(
 # ---------------------------------------------------------------- where training runs
 
 
-def _logged(flow_run_id: Any, text: str) -> list[str]:
-    """The run's log lines holding `text` (the server receives logs in batches)."""
-    for _ in range(30):
+def _logged(flow_run_id: Any, text: str, timeout_s: float = 30.0) -> list[str]:
+    """The run's log lines holding `text`, read once the flow run's last line (the engine's
+    "Finished in state", no task run's) is on the server: the logs arrive in batches, in
+    order, so none of the run's lines is still to come, and a run that logged no such line
+    says so at once."""
+    deadline = time.monotonic() + timeout_s
+    while True:
         with get_client(sync_client=True) as client:
             logs = client.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])))
-        found = [log.message for log in logs if text in log.message]
-        if found:
-            return found
-        time.sleep(1)
-    return []
+        finished = any(
+            log.task_run_id is None and log.message.startswith("Finished in state") for log in logs
+        )
+        if finished or time.monotonic() > deadline:
+            return [log.message for log in logs if text in log.message]
+        time.sleep(0.5)
 
 
 @flow
