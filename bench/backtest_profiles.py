@@ -207,16 +207,19 @@ def table(
         ran = sorted({ran for _, ran in pairs})
         minutes = sum(o.summary.get("seconds", 0.0) for o in report.folds) / 60 if report else 0
         push = (
-            (push_days.mean_spearman[name].render(), _gain(push_days.differences, first, name))
+            (
+                push_days.mean_spearman[name].render(),
+                paired_gain(push_days.differences, first, name),
+            )
             if report
             else ("–", "")
         )
         lines.append(
             f"| {name} | {members.within_ordinary[name].render()} "
-            f"| {_gain(members.differences, first, name)} "
-            f"| {groups.error[name].render()} | {_gain(groups.differences, first, name)} "
+            f"| {paired_gain(members.differences, first, name)} "
+            f"| {groups.error[name].render()} | {paired_gain(groups.differences, first, name)} "
             f"| {expeditions.within[name].render()} "
-            f"| {_gain(expeditions.differences, first, name)} "
+            f"| {paired_gain(expeditions.differences, first, name)} "
             f"| {expeditions.gap[name].render()} | {push[0]} | {push[1]} "
             + (f"| {report.seed_spread:.3f} " if report else "| – ")
             + f"| {ece[name][0].render()} | {ece[name][1]} "
@@ -268,7 +271,7 @@ def _paired_seasons(reports: dict[str, BacktestReport]) -> list:
     return paired
 
 
-def _gain(differences: dict[str, Any], first: str, name: str) -> str:
+def paired_gain(differences: dict[str, Any], first: str, name: str) -> str:
     """candidate − first (the tables hold first − candidate); blank for the first itself."""
     if name == first:
         return ""

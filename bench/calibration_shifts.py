@@ -20,13 +20,15 @@ mean |mean P − observed| over groups of at least 50 members).
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 from _bundle import DEFAULT_BUNDLE
-from backtest_profiles import _gain, candidate_settings
+from backtest_profiles import candidate_settings, paired_gain
 from scipy.optimize import minimize
+from scipy.special import expit, logit
 
 from deepsummit.backtest.cache import fold_directories, read_check
 from deepsummit.backtest.run import fold_jobs
@@ -34,6 +36,7 @@ from deepsummit.backtest.seasons import season_table
 from deepsummit.contracts.calibration import Calibrator
 from deepsummit.contracts.member_groups import GROUP_FAMILIES, MEMBER_COLUMNS
 from deepsummit.contracts.snapshot import newest_features_dir
+from deepsummit.core.config import Settings
 from deepsummit.serve.inference import ensemble_logit
 from deepsummit.train.baselines import LIGHTGBM
 from deepsummit.train.member_groups import ALL_PEAKS, group_calibration
@@ -56,30 +59,41 @@ def _indicators(rows: pl.DataFrame, levels: list[tuple[str, str]]) -> np.ndarray
     )
 
 
-def _sigmoid(z: np.ndarray) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-z))
+@dataclass(frozen=True)
+class ShiftMap:
+    """p = σ(scale · z + (indicators − centre) · shifts): the centre is the check's share of
+    each group, so the shifts average to nothing over the check."""
+
+    scale: float
+    shifts: np.ndarray
+    centre: np.ndarray
+
+    def probabilities(self, z: np.ndarray, indicators: np.ndarray) -> np.ndarray:
+        return expit(self.scale * z + (indicators - self.centre) @ self.shifts)
+
+    @classmethod
+    def fit(
+        cls, z: np.ndarray, labels: np.ndarray, indicators: np.ndarray, penalty: float
+    ) -> ShiftMap:
+        """The map minimising the mean log loss plus `penalty` × the shifts' sum of squares."""
+        centre = indicators.mean(axis=0)
+
+        def loss(params: np.ndarray) -> float:
+            fitted = cls(params[0], params[1:], centre)
+            p = np.clip(fitted.probabilities(z, indicators), 1e-9, 1 - 1e-9)
+            log_loss = -np.mean(labels * np.log(p) + (1 - labels) * np.log(1 - p))
+            return float(log_loss + penalty * np.sum(params[1:] ** 2))
+
+        start = np.r_[1.0, np.zeros(indicators.shape[1])]
+        params = minimize(loss, start, method="L-BFGS-B").x
+        return cls(float(params[0]), params[1:], centre)
 
 
-def fit_shifts(
-    logit: np.ndarray, labels: np.ndarray, indicators: np.ndarray, penalty: float
-) -> tuple[float, np.ndarray]:
-    """The scale and the centred group shifts that minimise the mean log loss plus
-    `penalty` × the shifts' sum of squares."""
-    centred = indicators - indicators.mean(axis=0)
-
-    def loss(params: np.ndarray) -> float:
-        p = np.clip(_sigmoid(params[0] * logit + centred @ params[1:]), 1e-9, 1 - 1e-9)
-        log_loss = -np.mean(labels * np.log(p) + (1 - labels) * np.log(1 - p))
-        return float(log_loss + penalty * np.sum(params[1:] ** 2))
-
-    start = np.r_[1.0, np.zeros(indicators.shape[1])]
-    params = minimize(loss, start, method="L-BFGS-B").x
-    return float(params[0]), params[1:]
-
-
-def held_out_answers(bundle: Path, penalties: list[float]) -> pl.DataFrame:
-    """The member seasons' held-out rows, with every candidate's answer as a column."""
-    settings = candidate_settings(bundle, "cpu", "the profile", min(MEMBER_SEASONS), None)
+def held_out_answers(
+    settings: Settings, penalties: list[float]
+) -> tuple[pl.DataFrame, tuple[str, ...]]:
+    """The member seasons' held-out rows with every map's answer as a column, and the maps'
+    names (the served temperature first)."""
     snapshot = newest_features_dir(settings.features.features_dir)
     directory, _ = fold_directories(settings, snapshot)
     frames = []
@@ -98,8 +112,8 @@ def held_out_answers(bundle: Path, penalties: list[float]) -> pl.DataFrame:
                 on=["expid", "member_id"],
             )
         )
-        raw = np.clip(held["raw_transformer"].to_numpy(), 1e-7, 1 - 1e-7)
-        test_logit = np.log(raw / (1 - raw))
+        # The transformer's held-out answer before its map is the ensemble's probability.
+        test_logit = logit(np.clip(held["raw_transformer"].to_numpy(), 1e-7, 1 - 1e-7))
         check_logit = ensemble_logit(check.logits)
         answers = {
             REFERENCE: Calibrator.fit("temperature", check_logit, check.labels).probabilities(
@@ -113,13 +127,10 @@ def held_out_answers(bundle: Path, penalties: list[float]) -> pl.DataFrame:
             ]
             on_check, on_test = _indicators(check.rows, levels), _indicators(held, levels)
             for penalty in penalties:
-                scale, shifts = fit_shifts(check_logit, check.labels, on_check, penalty)
-                centred = on_test - on_check.mean(axis=0)
-                answers[f"{name}, penalty {penalty:g}"] = _sigmoid(
-                    scale * test_logit + centred @ shifts
-                )
+                fitted = ShiftMap.fit(check_logit, check.labels, on_check, penalty)
+                answers[f"{name}, penalty {penalty:g}"] = fitted.probabilities(test_logit, on_test)
         frames.append(held.with_columns(**{k: pl.Series(v) for k, v in answers.items()}))
-    return pl.concat(frames)
+    return pl.concat(frames), tuple(answers)
 
 
 def main() -> None:
@@ -127,11 +138,14 @@ def main() -> None:
     parser.add_argument("--bundle", type=Path, default=DEFAULT_BUNDLE)
     parser.add_argument("--penalties", type=float, nargs="+", default=[0.01, 0.1])
     args = parser.parse_args()
-    rows = held_out_answers(args.bundle, args.penalties)
-    candidates = [c for c in rows.columns if c == REFERENCE or ", penalty " in c]
-    models = (*candidates, LIGHTGBM)
-    seasons = season_table(rows, models, 100, ("2014 Spring", "2015 Spring"))
-    groups = group_calibration(rows, {m: rows[m].to_numpy() for m in models}, ALL_PEAKS, 50)
+    settings = candidate_settings(args.bundle, "cpu", "the profile", min(MEMBER_SEASONS), None)
+    config = settings.backtest
+    rows, maps = held_out_answers(settings, args.penalties)
+    models = (*maps, LIGHTGBM)
+    seasons = season_table(rows, models, config.min_season_rows, config.disaster_seasons)
+    groups = group_calibration(
+        rows, {m: rows[m].to_numpy() for m in models}, ALL_PEAKS, config.min_group_members
+    )
     oldest = {r.group: r for r in groups.rows if r.family == "age"}["60 and over"]
     print(
         f"{rows.height:,} held-out member rows of {seasons.scored_seasons} scored seasons "
@@ -143,7 +157,7 @@ def main() -> None:
     )
     print("| --- | --- | --- | --- | --- | --- |")
     for model in models:
-        gains = [_gain(table.differences, REFERENCE, model) for table in (seasons, groups)]
+        gains = [paired_gain(table.differences, REFERENCE, model) for table in (seasons, groups)]
         print(
             f"| {model} | {seasons.within_ordinary[model].render()} | {gains[0]} "
             f"| {groups.error[model].render()} | {gains[1]} | {oldest.gap[model].render()} |"

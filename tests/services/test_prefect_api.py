@@ -37,12 +37,8 @@ def test_a_patch_rides_out_a_busy_server() -> None:
     """The flake of stop 46: PATCH /work_pools/gpu answered 503 (SQLite busy) under load."""
     template = {"base_job_template": {"variables": {}}}
     with scripted_server(NO_CSRF, BUSY, Answer(204)) as server:
-        assert (
-            PrefectApi(f"{server.url}/api", None, FAST).request(
-                "PATCH", "/work_pools/gpu", template
-            )
-            is None
-        )
+        api = PrefectApi(f"{server.url}/api", None, FAST)
+        assert api.request("PATCH", "/work_pools/gpu", template) is None
     assert [request.method for request in server.received] == ["GET", "PATCH", "PATCH"]
 
 
