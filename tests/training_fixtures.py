@@ -1,7 +1,10 @@
 """The trained registry of the training, evaluation, serving and registry tests.
 
 `trained_registry`: the real train stage on the real features snapshot of the bundle (tiny
-profile: a slice of the training rows), registered in a temporary MLflow store.
+profile: a slice of the training rows), registered in a temporary MLflow store. Trained once per
+test process and shared by every module that lists this file in `pytest_plugins` (imported into
+a module instead, a session fixture is that module's own and trains again, about 16 s each).
+The tests only read it: what they register, gate or copy goes into stores of their own.
 """
 
 from __future__ import annotations
@@ -58,10 +61,8 @@ def registry_settings(root: Path, features: Settings | None = None) -> Settings:
     return settings
 
 
-@pytest.fixture(scope="session", name="trained_registry")
-def trained_registry_fixture(
-    tmp_path_factory: pytest.TempPathFactory, bundle_features
-) -> TrainedRegistry:
+@pytest.fixture(scope="session")
+def trained_registry(tmp_path_factory: pytest.TempPathFactory, bundle_features) -> TrainedRegistry:
     features_settings, features_report, _ = bundle_features
     root = tmp_path_factory.mktemp("registry")
     settings = registry_settings(root, features_settings)

@@ -17,10 +17,7 @@ from typing import Any
 import pytest
 from flows_fixtures import as_environment, isolated_paths
 from services_fixtures import STARTUP_TIMEOUT_S, free_port
-from training_fixtures import (
-    TrainedRegistry,
-    trained_registry_fixture,  # noqa: F401 (the fixture)
-)
+from training_fixtures import TrainedRegistry
 
 from deepsummit.core.config import load_settings
 from deepsummit.core.sections import PROJECT_ROOT
@@ -28,7 +25,7 @@ from deepsummit.serve.predict import predict_attempt
 from deepsummit.services import health
 from deepsummit.services import supervisor as services
 
-pytest_plugins = ["features_fixtures"]
+pytest_plugins = ["features_fixtures", "training_fixtures"]
 pytestmark = pytest.mark.long
 
 TEAM_FILE = PROJECT_ROOT / "deployments" / "outlook-team.csv"

@@ -7,10 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from training_fixtures import (
-    TrainedRegistry,
-    trained_registry_fixture,  # noqa: F401 (the fixture)
-)
+from training_fixtures import TrainedRegistry
 
 from deepsummit.contracts import champion
 from deepsummit.contracts.champion import (
@@ -22,7 +19,7 @@ from deepsummit.contracts.champion import (
     verified_copy,
 )
 
-pytest_plugins = ["features_fixtures"]
+pytest_plugins = ["features_fixtures", "training_fixtures"]
 
 
 def test_the_copy_is_kept_checked_and_mended(

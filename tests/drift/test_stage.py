@@ -5,14 +5,13 @@ from __future__ import annotations
 import json
 
 from mlflow import MlflowClient
-from training_fixtures import trained_registry_fixture  # noqa: F401 (the fixture)
 
 from deepsummit.contracts.snapshot import read_features
 from deepsummit.core.context import RunContext
 from deepsummit.core.seasons import newest_season_rows
 from deepsummit.drift.stage import check_drift
 
-pytest_plugins = ["features_fixtures"]
+pytest_plugins = ["features_fixtures", "training_fixtures"]
 
 
 def test_the_newest_season_is_compared_with_the_champion_and_logged(

@@ -21,16 +21,13 @@ import numpy as np
 import polars as pl
 import pytest
 from services_fixtures import free_port
-from training_fixtures import (
-    TrainedRegistry,
-    trained_registry_fixture,  # noqa: F401 (the fixture)
-)
+from training_fixtures import TrainedRegistry
 
 from deepsummit.contracts.snapshot import PLANNED_TEST_FILE
 from deepsummit.core.planned import KEY_COLUMNS
 from deepsummit.serve.scoring import WEATHER_ABSENT_NOTE
 
-pytest_plugins = ["features_fixtures"]
+pytest_plugins = ["features_fixtures", "training_fixtures"]
 
 MLFLOW = str(Path(sys.executable).parent / "mlflow")
 

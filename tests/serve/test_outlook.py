@@ -15,10 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from openmeteo_server import OpenMeteoServer
-from training_fixtures import (
-    TrainedRegistry,
-    trained_registry_fixture,  # noqa: F401 (the fixture)
-)
+from training_fixtures import TrainedRegistry
 
 from deepsummit.core.config import Settings, load_settings
 from deepsummit.core.context import RunContext
@@ -30,7 +27,7 @@ from deepsummit.serve.predict import daily_weather
 from deepsummit.serve.stage import plan_outlook
 from deepsummit.weather.stage import load_forecast
 
-pytest_plugins = ["features_fixtures"]
+pytest_plugins = ["features_fixtures", "training_fixtures"]
 
 TEAM_FILE = Path(__file__).parents[2] / "deployments" / "outlook-team.csv"
 

@@ -14,10 +14,7 @@ import mlflow
 import numpy as np
 import polars as pl
 import pytest
-from training_fixtures import (
-    TrainedRegistry,
-    trained_registry_fixture,  # noqa: F401 (the fixture)
-)
+from training_fixtures import TrainedRegistry
 
 from deepsummit.contracts.artifact import ModelArtifact
 from deepsummit.contracts.member_groups import AGE_BAND_STARTS
@@ -28,7 +25,7 @@ from deepsummit.core.planned import KEY_COLUMNS, planned_record, season_of
 from deepsummit.serve.predict import predict_attempt
 from deepsummit.serve.scoring import weather_token_names
 
-pytest_plugins = ["features_fixtures"]
+pytest_plugins = ["features_fixtures", "training_fixtures"]
 
 FRESH_PROCESS = """
 import json, sys

@@ -14,10 +14,7 @@ import mlflow
 import numpy as np
 import pandas as pd
 import pytest
-from training_fixtures import (
-    TrainedRegistry,
-    trained_registry_fixture,  # noqa: F401 (the fixture)
-)
+from training_fixtures import TrainedRegistry
 
 from deepsummit.contracts.artifact import ModelArtifact
 from deepsummit.core.config import Settings, load_settings
@@ -29,7 +26,7 @@ from deepsummit.serve.outlook import read_team
 from deepsummit.serve.predict import daily_weather
 from deepsummit.serve.stage import replay_outlook
 
-pytest_plugins = ["features_fixtures"]
+pytest_plugins = ["features_fixtures", "training_fixtures"]
 
 TEAM_FILE = Path(__file__).parents[2] / "deployments" / "outlook-team.csv"
 AS_OF = dt.date(2019, 5, 10)

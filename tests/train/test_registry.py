@@ -18,7 +18,6 @@ from sklearn.metrics import roc_auc_score
 from training_fixtures import (
     TrainedRegistry,
     registry_settings,
-    trained_registry_fixture,  # noqa: F401 (the fixture)
 )
 
 from deepsummit.contracts.artifact import ARTIFACT_NAME, ModelArtifact
@@ -46,7 +45,7 @@ from deepsummit.train.registry import (
 )
 from deepsummit.train.stage import TrainingData
 
-pytest_plugins = ["features_fixtures"]
+pytest_plugins = ["features_fixtures", "training_fixtures"]
 
 
 def champion_version(settings) -> str:

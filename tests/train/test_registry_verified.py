@@ -20,10 +20,7 @@ import polars as pl
 import pytest
 from mlflow import MlflowClient
 from services_fixtures import mlflow_server_settings, start_mlflow, stop_mlflow
-from training_fixtures import (
-    TrainedRegistry,
-    trained_registry_fixture,  # noqa: F401 (the fixture)
-)
+from training_fixtures import TrainedRegistry
 
 from deepsummit.contracts.artifact import ARTIFACT_NAME, ModelArtifact
 from deepsummit.contracts.champion import (
@@ -49,7 +46,7 @@ from deepsummit.train.registry import (
 )
 from deepsummit.train.tracking import training_run
 
-pytest_plugins = ["features_fixtures"]
+pytest_plugins = ["features_fixtures", "training_fixtures"]
 pytestmark = pytest.mark.long
 
 # Long enough for the server to be started again (about 7 s alone; more on a busy machine).
