@@ -193,6 +193,10 @@ def train_recipe(
         else:
             served = early_refit.result()
             report_epochs(served.results, config, *part(2, "refit on every season", "refit_"))
+    # The refits train the epochs the check kept, which can be fewer than planned: the stage's
+    # progress would end short of 100% on a finished training.
+    finished, _ = part(2, "refit on every season", "refit_")
+    finished(per_training, per_training, "done")
     return Trained(check, newest, served, trained_baselines, test)
 
 
