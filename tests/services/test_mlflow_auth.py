@@ -47,7 +47,8 @@ def registry(tmp_path_factory: pytest.TempPathFactory):
         settings,
         services.MLFLOW_SERVER,
         command,
-        {
+        {  # the compose file's environment of its MLflow server (no job runner either)
+            "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
             "MLFLOW_AUTH_CONFIG_PATH": str(root / "mlflow-auth.ini"),
             "MLFLOW_AUTH_ADMIN_USERNAME": ADMIN[0],
             "MLFLOW_AUTH_ADMIN_PASSWORD": ADMIN[1],
