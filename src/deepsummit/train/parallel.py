@@ -185,18 +185,18 @@ def train_recipe(
                 *part(1, "before the test split", ""),
             )  # fmt: skip
             trained_baselines = baselines.result()
+        served_progress, served_log = part(2, "refit on every season", "refit_")
         if early_refit is None:
             served = refit(
                 recipe, rows, windows, preprocessing_for(template, rows, windows), epochs,
-                checkpoints / "refit", *part(2, "refit on every season", "refit_"),
+                checkpoints / "refit", served_progress, served_log,
             )  # fmt: skip
         else:
             served = early_refit.result()
-            report_epochs(served.results, config, *part(2, "refit on every season", "refit_"))
+            report_epochs(served.results, config, served_progress, served_log)
     # The refits train the epochs the check kept, which can be fewer than planned: the stage's
     # progress would end short of 100% on a finished training.
-    finished, _ = part(2, "refit on every season", "refit_")
-    finished(per_training, per_training, "done")
+    served_progress(per_training, per_training, "done")
     return Trained(check, newest, served, trained_baselines, test)
 
 
