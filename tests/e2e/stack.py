@@ -33,7 +33,8 @@ class Stack:
     """The services of one test session, and helpers to drive and query them."""
 
     def __init__(self, root: Path, extra: dict[str, Any] | None = None) -> None:
-        overrides = isolated_paths(root)
+        on_postgres = (extra or {}).get("services", {}).get("database") == "postgresql"
+        overrides = isolated_paths(root, prefect_sqlite=not on_postgres)
         overrides["paths"]["data_dir"] = str(write_bundle_slice(root / "data"))
         overrides["services"].update(prefect_port=free_port(), mlflow_port=free_port())
         mlflow_url = f"http://127.0.0.1:{overrides['services']['mlflow_port']}"

@@ -143,7 +143,7 @@ def test_a_stage_that_loses_its_slot_lease_finishes_alone_and_the_next_run_gets_
     overrides["services"] |= {"prefect_port": free_port(), "slot_lease_s": LEASE_S}
     overrides["sources"] = {"members": held.url}
     settings = load_settings("tiny", overrides)
-    settings.services.run_dir.mkdir(parents=True)
+    settings.services.run_dir.mkdir(parents=True, exist_ok=True)
     ensure_prefect_auth(settings)
     _start_prefect_server(settings)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "DEEPSUMMIT_"))}

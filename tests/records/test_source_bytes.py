@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+import stamina
 from ingest_fixtures import http_folder  # noqa: F401 (fixture)
 from scripted_server import Answer, scripted_server
 
@@ -69,7 +70,10 @@ def test_a_busy_server_is_asked_again() -> None:
 
 
 def test_a_server_busy_for_good_is_one_line_naming_it() -> None:
+    # stamina's test mode skips the backoff's waits (15 s in all) and keeps the policy's
+    # number of attempts: every one of them is still asked for.
     with (
+        stamina.set_testing(True, attempts=DEFAULT_RETRY.attempts, cap=True),
         scripted_server(Answer(503)) as server,
         pytest.raises(SourceUnavailable, match=r"members\.csv.*503") as raised,
     ):
