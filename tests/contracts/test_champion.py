@@ -18,6 +18,7 @@ from deepsummit.contracts.champion import (
     champion_version,
     verified_copy,
 )
+from deepsummit.core.errors import ServiceUnavailable
 
 pytest_plugins = ["features_fixtures", "training_fixtures"]
 
@@ -49,3 +50,29 @@ def test_the_copy_is_kept_checked_and_mended(
     with pytest.raises(ModelFilesChanged, match="deepsummit v1: its files' sha256 is"):
         verified_copy(uri, forged, tmp_path / "other")
     assert not list((tmp_path / "other").rglob("*.pt"))  # nothing unverified is left
+
+
+def test_files_the_registry_cannot_hand_over_are_one_line_naming_the_version(
+    tmp_path: Path,
+) -> None:
+    """A version whose files a tracking server serves (mlflow-artifacts:/), asked through the
+    server's database instead: one line, not MLflow's page of advice, and nothing is left."""
+    from mlflow import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    run = client.create_run(client.create_experiment("served"))
+    client.create_registered_model("deepsummit")
+    client.create_model_version(
+        "deepsummit", "mlflow-artifacts:/1/models/m/artifacts", run.info.run_id
+    )
+    version = RegisteredVersion("deepsummit", "1", {TAG_FILES_DIGEST: "0" * 64})
+    with pytest.raises(ServiceUnavailable) as raised:
+        verified_copy(uri, version, tmp_path / "cache")
+    line = str(raised.value)
+    assert "\n" not in line
+    assert line.startswith(
+        f"models:/deepsummit/1 cannot be downloaded through {uri}: When an mlflow-artifacts URI "
+        "was supplied, the tracking URI must be a valid http or https URI"
+    )
+    assert not [p for p in (tmp_path / "cache").rglob("*") if p.is_file()]

@@ -251,6 +251,6 @@ def require_tracking(config: MlflowConfig) -> None:
     if is_url(uri) and not health.http_ok(f"{uri.rstrip('/')}/health"):
         raise fail(
             f"MLflow tracking server {uri} is not answering; start it with `deepsummit up`"
-            " or pass --tracking-uri sqlite:///var/mlflow.db",
+            " or pass --tracking-uri naming the server that holds the registry",
             ExitCode.SERVICE_UNAVAILABLE,
         )

@@ -243,17 +243,29 @@ def download_folder(
 ) -> None:
     """`artifact_uri`'s files into `folder` (replacing what is there), downloaded beside it and
     passed to `check` first (which raises to refuse them: then nothing is left in `folder`), so
-    that a process reading `folder` meanwhile sees the old copy or the whole new one."""
+    that a process reading `folder` meanwhile sees the old copy or the whole new one.
+
+    Files the registry cannot hand over are ServiceUnavailable, one line: for example a version
+    whose files the tracking server serves (mlflow-artifacts:/), asked through its database."""
     import mlflow
+    from mlflow.exceptions import MlflowException
 
     # models:/ and runs:/ URIs resolve through the global tracking URI
     mlflow.set_tracking_uri(tracking_uri)
     folder.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
     try:
-        local = Path(
-            mlflow.artifacts.download_artifacts(artifact_uri=artifact_uri, dst_path=str(staging))
-        )
+        try:
+            local = Path(
+                mlflow.artifacts.download_artifacts(
+                    artifact_uri=artifact_uri, dst_path=str(staging)
+                )
+            )
+        except MlflowException as error:
+            reason = " ".join(error.message.split()).split(". ")[0]
+            raise ServiceUnavailable(
+                f"{artifact_uri} cannot be downloaded through {tracking_uri}: {reason}"
+            ) from None
         shutil.rmtree(folder, ignore_errors=True)  # stale: it is why this downloads
         check(local)
         try:
