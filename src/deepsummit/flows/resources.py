@@ -29,7 +29,6 @@ from deepsummit.flows.stage_resource import (
     table_names,
     tracking_host,
 )
-from deepsummit.weather import store as weather_store
 
 
 @dataclass(frozen=True)
@@ -49,7 +48,7 @@ class Table(Resource):
 
     def _digest(self, con: duckdb.DuckDBPyConnection) -> tuple[int, str]:
         if self.name == "weather_daily":  # values only: a refetch of the same values is no change
-            return weather_store.content_digest(con)
+            return _weather_digest(con)
         frame = con.sql(f'SELECT * FROM "{self.name}"').pl()
         return frame.height, warehouse.frame_digest(frame)
 
@@ -341,7 +340,7 @@ class ForecastWeather(Resource):
 
     def _rows_and_digest(self, settings: Settings) -> tuple[int, str]:
         with warehouse.connect(settings.paths.warehouse, read_only=True) as con:
-            return weather_store.content_digest(con, forecasts=True)
+            return _weather_digest(con, forecasts=True)
 
     def present(self, settings: Settings) -> bool:
         return Table("weather_daily").present(settings) and self._rows_and_digest(settings)[0] > 0
@@ -394,3 +393,12 @@ RESOURCES: dict[str, Resource] = {
         Outlooks("outlooks"),
     )
 }
+
+
+def _weather_digest(con: duckdb.DuckDBPyConnection, forecasts: bool = False) -> tuple[int, str]:
+    """weather/store.py's content digest, imported when asked: the weather package brings
+    Pandera, pandas and the Open-Meteo client (0.6 s), which a process that runs no weather
+    stage (a training or trial flow run on a GPU worker) should not pay for at its start."""
+    from deepsummit.weather.store import content_digest
+
+    return content_digest(con, forecasts=forecasts)
