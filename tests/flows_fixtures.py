@@ -66,10 +66,11 @@ def isolated_paths(root: Path, *, prefect_sqlite: bool = True) -> dict[str, Any]
         # A test's deployment runs start within a second, not the product's 5.
         "services": {"run_dir": str(root / "services"), "worker_query_s": 1.0},
     }
-    database = prefect_home(load_settings(overrides=overrides)) / "prefect.db"
-    if prefect_sqlite and not database.exists():
-        database.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(migrated_prefect_database(), database)
+    if prefect_sqlite:
+        database = prefect_home(load_settings(overrides=overrides)) / "prefect.db"
+        if not database.exists():
+            database.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(migrated_prefect_database(), database)
     return overrides
 
 
