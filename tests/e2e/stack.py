@@ -72,7 +72,8 @@ class Stack:
         """`prefect deployment run <deployment>`; the flow run id."""
         command = [PREFECT, "deployment", "run", deployment]
         command += [arg for p in params for arg in ("--param", p)]
-        command += ["--watch", "--watch-timeout", "600"] if watch else []
+        # Asked every second (Prefect's default is 5 s): the run's end is seen as it comes.
+        command += ["--watch", "--watch-interval", "1", "--watch-timeout", "600"] if watch else []
         result = subprocess.run(command, env=self.env, capture_output=True, text=True, timeout=660)
         assert result.returncode == 0, result.stdout + result.stderr
         return re.search(r"UUID: ([0-9a-f-]{36})", result.stdout).group(1)
@@ -84,16 +85,21 @@ class Stack:
         return self.prefect.get(path)
 
     def wait_finished(self, flow_run_id: str, timeout_s: float = 600) -> dict[str, Any]:
+        return self.wait_first_finished(flow_run_id, timeout_s=timeout_s)
+
+    def wait_first_finished(self, *flow_run_ids: str, timeout_s: float = 600) -> dict[str, Any]:
+        """The first of the runs to end, as it ended."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            try:
-                run = self.get(f"/flow_runs/{flow_run_id}")
-            except TimeoutError:  # a server busy writing two runs' logs: ask again
-                continue
-            if run["state_type"] in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED"):
-                return run
+            for flow_run_id in flow_run_ids:
+                try:
+                    run = self.get(f"/flow_runs/{flow_run_id}")
+                except TimeoutError:  # a server busy writing two runs' logs: ask again
+                    continue
+                if run["state_type"] in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED"):
+                    return run
             time.sleep(POLL_S)
-        raise AssertionError(f"flow run {flow_run_id} not finished after {timeout_s} s")
+        raise AssertionError(f"none of flow runs {flow_run_ids} finished after {timeout_s} s")
 
     def materialized(self, *flow_run_ids: str, timeout_s: float = 60) -> dict[str, set[str]]:
         """Asset key → its upstream asset keys, from the runs' materialisation events (the
