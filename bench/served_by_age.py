@@ -11,6 +11,13 @@ map undone (the networks' own mean probability), so what the map does is seen ap
     .venv/bin/python bench/served_by_age.py [--peak EVER --season Spring --years 2010 2019]
         [--model var/runs/<run>/model]   # a model folder instead of the registry's champion
         [--without 2014 2015]            # leave these years out
+        [--maps 2018 2019]               # the gaps through maps refitted on these years
+
+`--maps FIRST LAST` asks whether another calibration map would close the gaps: maps fitted on
+the champion's own answers to every member row of those years (all peaks, hired staff too, as
+the member check takes them; rows it learnt from, so the most a map could do): a temperature,
+Platt's scale and shift, and a temperature with one logit shift per age band (an L2 penalty of
+0.01 on the shifts). If even these leave a band off, the gap is the network's, not the map's.
 
 Everest's spring seasons of 2014 and 2015 were closed early (the icefall avalanche of 18 April
 2014, the earthquake of 25 April 2015): 16% and none of their non-hired members summited, for
@@ -21,9 +28,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import polars as pl
+from scipy.optimize import minimize
+from scipy.special import expit, logit
 
 from deepsummit.contracts.artifact import ModelArtifact
 from deepsummit.contracts.calibration import Calibrator
@@ -47,6 +58,14 @@ FROM attempts
 WHERE record = 'member' AND peakid = $peak AND season = $season AND NOT hired
     AND year BETWEEN $first AND $last
 """
+# Every member row of some years, as the member check judges them (deepsummit/train/recipe.py).
+CHECK_MEMBERS = """
+SELECT expid, member_id, year, age, label
+FROM attempts
+WHERE record = 'member' AND year BETWEEN $first AND $last
+"""
+SHIFT_PENALTY = 0.01  # the L2 penalty on the age bands' shifts
+BANDS = ["under 30", "30s", "40s", "50s", "60 and over", "age unknown"]
 
 
 def champion_artifact(profile: str | None) -> tuple[ModelArtifact, str, str]:
@@ -59,33 +78,66 @@ def champion_artifact(profile: str | None) -> tuple[ModelArtifact, str, str]:
     return ModelArtifact.load(folder / ARTIFACT_PATH), f"v{champion.version}", source
 
 
-def by_age(
-    artifact: ModelArtifact, warehouse: Path, source: str, peak: str, season: str, years: list[int]
-) -> pl.DataFrame:
-    """Per age band: members, their summit rate, the served mean P and the networks' own."""
+def asked_members(warehouse: Path, source: str, query: str, **params: object) -> pl.DataFrame:
+    """The attempts of the members `query` selects, as `predict` is asked them, with each
+    member's age band and outcome."""
     with connect(warehouse, read_only=True) as con:
-        keys = con.sql(
-            MEMBERS, params={"peak": peak, "season": season, "first": years[0], "last": years[-1]}
-        ).pl()
-        keys = keys.filter(pl.col("year").is_in(years))
+        keys = con.sql(query, params=params).pl()
         asked = planned_attempts(con, keys, source)
-    asked = asked.join(keys, on=["expid", "member_id", "year"])
-    request = asked.drop("expid", "member_id", "year", "label").to_pandas()
-    served = score(artifact, request).probability
-    unmapped = dataclasses.replace(artifact, calibrator=Calibrator("none"))
-    own = score(unmapped, request).probability
-    band = asked.select(band=GROUP_FAMILIES["age"].fill_null("age unknown"))["band"]
-    return (
-        pl.DataFrame({"band": band, "label": asked["label"], "served": served, "own": own})
-        .group_by("band", maintain_order=True)
-        .agg(
-            members=pl.len(),
-            summited=pl.col("label").cast(pl.Float64).mean(),
-            served=pl.col("served").mean(),
-            own=pl.col("own").mean(),
-        )
-        .with_columns(gap=pl.col("served") - pl.col("summited"))
+    return asked.join(keys, on=["expid", "member_id", "year"]).with_columns(
+        band=GROUP_FAMILIES["age"].fill_null("age unknown")
     )
+
+
+def own_logit(artifact: ModelArtifact, asked: pl.DataFrame) -> np.ndarray:
+    """The networks' own answer (no map) as the logit a map reads."""
+    request = asked.drop("expid", "member_id", "year", "label", "band").to_pandas()
+    unmapped = dataclasses.replace(artifact, calibrator=Calibrator("none"))
+    return logit(np.clip(score(unmapped, request).probability, 1e-7, 1 - 1e-7))
+
+
+def by_age(asked: pl.DataFrame, **answers: np.ndarray) -> pl.DataFrame:
+    """Per age band: members, their summit rate and the mean of each answer."""
+    table = asked.select("band", summited=pl.col("label").cast(pl.Float64)).with_columns(
+        **{name: pl.Series(values) for name, values in answers.items()}
+    )
+    return (
+        table.group_by("band")
+        .agg(pl.len().alias("members"), pl.col("summited", *answers).mean())
+        .sort(pl.col("band").replace_strict(BANDS, list(range(len(BANDS)))))
+    )
+
+
+def _band_index(bands: pl.Series) -> np.ndarray:
+    return bands.replace_strict(BANDS, list(range(len(BANDS)))).to_numpy()
+
+
+def age_shift_map(z: np.ndarray, labels: np.ndarray, bands: pl.Series) -> Callable:
+    """A temperature and one logit shift per age band, fitted by log loss: the answer map."""
+    index = _band_index(bands)
+
+    def loss(params: np.ndarray) -> float:
+        p = np.clip(expit(params[0] * z + params[1:][index]), 1e-9, 1 - 1e-9)
+        log_loss = -np.mean(labels * np.log(p) + (1 - labels) * np.log(1 - p))
+        return float(log_loss + SHIFT_PENALTY * np.sum(params[1:] ** 2))
+
+    fitted = minimize(loss, np.r_[1.0, np.zeros(len(BANDS))]).x
+    return lambda z, bands: expit(fitted[0] * z + fitted[1:][_band_index(bands)])
+
+
+def refitted_maps(
+    artifact: ModelArtifact, warehouse: Path, source: str, years: tuple[int, int]
+) -> dict[str, Callable]:
+    """Maps fitted on the champion's own answers to every member row of `years`."""
+    check = asked_members(warehouse, source, CHECK_MEMBERS, first=years[0], last=years[1])
+    z, labels = own_logit(artifact, check), check["label"].cast(pl.Float64).to_numpy()
+    fitted = {m: Calibrator.fit(m, z, labels) for m in ("temperature", "platt")}
+    return {
+        "as served": lambda z, _: artifact.calibrator.probabilities(z),
+        "none": lambda z, _: expit(z),
+        **{f"{m}, refitted": lambda z, _, c=c: c.probabilities(z) for m, c in fitted.items()},
+        "temperature and age shifts, refitted": age_shift_map(z, labels, check["band"]),
+    }
 
 
 def main() -> None:
@@ -96,6 +148,10 @@ def main() -> None:
     parser.add_argument("--model", type=Path, help="a model folder (default: the champion)")
     parser.add_argument("--profile", help="settings profile (the registry, the warehouse)")
     parser.add_argument("--without", type=int, nargs="*", default=[], help="years left out")
+    parser.add_argument(
+        "--maps", type=int, nargs=2, metavar=("FIRST", "LAST"),
+        help="also the gaps through maps refitted on the member rows of these years",
+    )  # fmt: skip
     args = parser.parse_args()
     settings = load_settings(args.profile)
     if args.model is None:
@@ -104,9 +160,13 @@ def main() -> None:
         artifact, name = ModelArtifact.load(args.model), str(args.model)
         source = artifact.preprocessor.weather_source
     years = [y for y in range(args.years[0], args.years[1] + 1) if y not in args.without]
-    table = by_age(artifact, settings.paths.warehouse, source, args.peak, args.season, years)
-    order = ["under 30", "30s", "40s", "50s", "60 and over", "age unknown"]
-    table = table.sort(pl.col("band").replace_strict(order, list(range(len(order)))))
+    asked = asked_members(
+        settings.paths.warehouse, source, MEMBERS,
+        peak=args.peak, season=args.season, first=years[0], last=years[-1],
+    ).filter(pl.col("year").is_in(years))  # fmt: skip
+    z = own_logit(artifact, asked)
+    table = by_age(asked, served=artifact.calibrator.probabilities(z), own=expit(z))
+    table = table.with_columns(gap=pl.col("served") - pl.col("summited"))
     print(
         f"{name} (map: {artifact.calibrator.method}), asked about the non-hired members of "
         f"{args.peak} {args.season} {years[0]}–{years[-1]}"
@@ -128,6 +188,27 @@ def main() -> None:
         f"\nlargest gap of an age group of {least}+ members: {worst['gap']:+.3f} "
         f"({worst['band']}); target within {TARGET}: {verdict}"
     )
+    if args.maps:
+        print_refitted(artifact, settings.paths.warehouse, source, tuple(args.maps), asked, z)
+
+
+def print_refitted(
+    artifact: ModelArtifact,
+    warehouse: Path,
+    source: str,
+    years: tuple[int, int],
+    asked: pl.DataFrame,
+    z: np.ndarray,
+) -> None:
+    """The table's gaps through each map of `refitted_maps`."""
+    maps = refitted_maps(artifact, warehouse, source, years)
+    table = by_age(asked, **{name: answer(z, asked["band"]) for name, answer in maps.items()})
+    print(f"\nGap by age band through maps fitted on every member row of {years[0]}–{years[1]}:\n")
+    print("| map | " + " | ".join(table["band"]) + " |")
+    print("| --- |" + " ---: |" * table.height)
+    for name in maps:
+        gaps = (table[name] - table["summited"]).to_list()
+        print(f"| {name} | " + " | ".join(f"{gap:+.3f}" for gap in gaps) + " |")
 
 
 if __name__ == "__main__":
