@@ -39,9 +39,17 @@ from deepsummit.contracts.snapshot import newest_features_dir
 from deepsummit.core.config import Settings
 from deepsummit.serve.inference import ensemble_logit
 from deepsummit.train.baselines import LIGHTGBM
-from deepsummit.train.member_groups import ALL_PEAKS, group_calibration
+from deepsummit.train.member_groups import (
+    ALL_PEAKS,
+    GroupCalibration,
+    calibration_by_scope,
+    group_calibration,
+)
 
 MEMBER_SEASONS = (2016, 2017, 2018, 2019)  # the test years of members' own records
+# Issue 42: no group of LARGE_GROUP or more members off by more than its interval + MARGIN.
+LARGE_GROUP = 100
+MARGIN = 0.05
 REFERENCE = "temperature (served)"
 FAMILIES = {
     "age": ("age",),
@@ -133,6 +141,21 @@ def held_out_answers(
     return pl.concat(frames), tuple(answers)
 
 
+def worst_large_group(scopes: dict[str, GroupCalibration], model: str) -> str:
+    """The group of `LARGE_GROUP`+ members, on any scope, whose gap lies furthest beyond the
+    half-width of its observed rate's interval + `MARGIN`: by how much, and which."""
+    excess = {
+        f"{scope}: {row.family} {row.group}": abs(row.gap[model].estimate)
+        - (row.observed.high - row.observed.low) / 2
+        - MARGIN
+        for scope, table in scopes.items()
+        for row in table.rows
+        if row.members >= LARGE_GROUP
+    }
+    where = max(excess, key=excess.__getitem__)
+    return f"{excess[where]:+.3f} ({where})"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bundle", type=Path, default=DEFAULT_BUNDLE)
@@ -146,6 +169,10 @@ def main() -> None:
     groups = group_calibration(
         rows, {m: rows[m].to_numpy() for m in models}, ALL_PEAKS, config.min_group_members
     )
+    scopes = calibration_by_scope(
+        rows, {m: rows[m].to_numpy() for m in models}, config.min_group_members,
+        config.separate_peaks,
+    )  # fmt: skip
     oldest = {r.group: r for r in groups.rows if r.family == "age"}["60 and over"]
     print(
         f"{rows.height:,} held-out member rows of {seasons.scored_seasons} scored seasons "
@@ -153,14 +180,16 @@ def main() -> None:
     )
     print(
         "| map | within-season AUC | − served | group error | − served | 60 and over: mean P "
-        f"− observed ({oldest.members} members) |"
+        f"− observed ({oldest.members} members) | groups of {LARGE_GROUP}+: furthest beyond "
+        f"their interval + {MARGIN} |"
     )
-    print("| --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for model in models:
         gains = [paired_gain(table.differences, REFERENCE, model) for table in (seasons, groups)]
         print(
             f"| {model} | {seasons.within_ordinary[model].render()} | {gains[0]} "
-            f"| {groups.error[model].render()} | {gains[1]} | {oldest.gap[model].render()} |"
+            f"| {groups.error[model].render()} | {gains[1]} | {oldest.gap[model].render()} "
+            f"| {worst_large_group(scopes, model)} |"
         )
 
 
