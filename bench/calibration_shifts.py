@@ -14,7 +14,7 @@ bootstrap (within-season AUC of the member seasons, and the group error: the mem
 mean |mean P − observed| over groups of at least 50 members).
 
     .venv/bin/python bench/calibration_shifts.py --bundle /tmp/deepsummit-bundle \
-        [--penalties 0.01 0.1]
+        [--penalties 0.01 0.1] [--candidate "hidden size 64"]
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 from _bundle import DEFAULT_BUNDLE
-from backtest_profiles import candidate_settings, paired_gain
+from backtest_profiles import CANDIDATES, candidate_settings, paired_gain
 from scipy.optimize import minimize
 from scipy.special import expit, logit
 
@@ -160,8 +160,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bundle", type=Path, default=DEFAULT_BUNDLE)
     parser.add_argument("--penalties", type=float, nargs="+", default=[0.01, 0.1])
+    parser.add_argument(
+        "--candidate", default="the profile", choices=CANDIDATES,
+        help="whose cached folds (bench/backtest_profiles.py) to read",
+    )  # fmt: skip
     args = parser.parse_args()
-    settings = candidate_settings(args.bundle, "cpu", "the profile", min(MEMBER_SEASONS), None)
+    settings = candidate_settings(args.bundle, "cpu", args.candidate, min(MEMBER_SEASONS), None)
     config = settings.backtest
     rows, maps = held_out_answers(settings, args.penalties)
     models = (*maps, LIGHTGBM)
