@@ -39,12 +39,7 @@ from deepsummit.contracts.snapshot import newest_features_dir
 from deepsummit.core.config import Settings
 from deepsummit.serve.inference import ensemble_logit
 from deepsummit.train.baselines import LIGHTGBM
-from deepsummit.train.member_groups import (
-    ALL_PEAKS,
-    GroupCalibration,
-    calibration_by_scope,
-    group_calibration,
-)
+from deepsummit.train.member_groups import ALL_PEAKS, GroupCalibration, calibration_by_scope
 
 MEMBER_SEASONS = (2016, 2017, 2018, 2019)  # the test years of members' own records
 # Issue 42: no group of LARGE_GROUP or more members off by more than its interval + MARGIN.
@@ -170,13 +165,11 @@ def main() -> None:
     rows, maps = held_out_answers(settings, args.penalties)
     models = (*maps, LIGHTGBM)
     seasons = season_table(rows, models, config.min_season_rows, config.disaster_seasons)
-    groups = group_calibration(
-        rows, {m: rows[m].to_numpy() for m in models}, ALL_PEAKS, config.min_group_members
-    )
     scopes = calibration_by_scope(
         rows, {m: rows[m].to_numpy() for m in models}, config.min_group_members,
         config.separate_peaks,
     )  # fmt: skip
+    groups = scopes[ALL_PEAKS]
     oldest = {r.group: r for r in groups.rows if r.family == "age"}["60 and over"]
     print(
         f"{rows.height:,} held-out member rows of {seasons.scored_seasons} scored seasons "
