@@ -54,7 +54,7 @@ FAMILIES = {
 }
 
 
-def _indicators(rows: pl.DataFrame, levels: list[tuple[str, str]]) -> np.ndarray:
+def group_indicators(rows: pl.DataFrame, levels: list[tuple[str, str]]) -> np.ndarray:
     """(rows, levels): 1 where the row is in the group (a row whose family is null in none)."""
     groups = rows.select(**{family: GROUP_FAMILIES[family] for family, _ in levels})
     return np.stack(
@@ -128,7 +128,7 @@ def held_out_answers(
             levels = [
                 (f, g) for f in families for g in sorted(present[f].drop_nulls().unique().to_list())
             ]
-            on_check, on_test = _indicators(check.rows, levels), _indicators(held, levels)
+            on_check, on_test = group_indicators(check.rows, levels), group_indicators(held, levels)
             for penalty in penalties:
                 fitted = ShiftMap.fit(check_logit, check.labels, on_check, penalty)
                 answers[f"{name}, penalty {penalty:g}"] = fitted.probabilities(test_logit, on_test)

@@ -16,8 +16,9 @@ map undone (the networks' own mean probability), so what the map does is seen ap
 `--maps FIRST LAST` asks whether another calibration map would close the gaps: maps fitted on
 the champion's own answers to every member row of those years (all peaks, hired staff too, as
 the member check takes them; rows it learnt from, so the most a map could do): a temperature,
-Platt's scale and shift, and a temperature with one logit shift per age band (an L2 penalty of
-0.01 on the shifts). If even these leave a band off, the gap is the network's, not the map's.
+Platt's scale and shift, and bench/calibration_shifts.py's temperature with one centred logit
+shift per age band (an L2 penalty of 0.01 on the shifts). If even these leave a band off, the
+gap is the network's, not the map's.
 
 Everest's spring seasons of 2014 and 2015 were closed early (the icefall avalanche of 18 April
 2014, the earthquake of 25 April 2015): 16% and none of their non-hired members summited, for
@@ -33,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
-from scipy.optimize import minimize
+from calibration_shifts import ShiftMap, group_indicators
 from scipy.special import expit, logit
 
 from deepsummit.contracts.artifact import ModelArtifact
@@ -108,21 +109,13 @@ def by_age(asked: pl.DataFrame, **answers: np.ndarray) -> pl.DataFrame:
     )
 
 
-def _band_index(bands: pl.Series) -> np.ndarray:
-    return bands.replace_strict(BANDS, list(range(len(BANDS)))).to_numpy()
-
-
-def age_shift_map(z: np.ndarray, labels: np.ndarray, bands: pl.Series) -> Callable:
-    """A temperature and one logit shift per age band, fitted by log loss: the answer map."""
-    index = _band_index(bands)
-
-    def loss(params: np.ndarray) -> float:
-        p = np.clip(expit(params[0] * z + params[1:][index]), 1e-9, 1 - 1e-9)
-        log_loss = -np.mean(labels * np.log(p) + (1 - labels) * np.log(1 - p))
-        return float(log_loss + SHIFT_PENALTY * np.sum(params[1:] ** 2))
-
-    fitted = minimize(loss, np.r_[1.0, np.zeros(len(BANDS))]).x
-    return lambda z, bands: expit(fitted[0] * z + fitted[1:][_band_index(bands)])
+def age_shift_map(z: np.ndarray, labels: np.ndarray, check: pl.DataFrame) -> Callable:
+    """bench/calibration_shifts.py's map with one shift per age band, fitted on `check`'s rows
+    (their logit `z`, their outcome): the answer on other rows, from their logit."""
+    bands = check.select(GROUP_FAMILIES["age"]).to_series().drop_nulls().unique().sort()
+    levels = [("age", band) for band in bands.to_list()]
+    fitted = ShiftMap.fit(z, labels, group_indicators(check, levels), SHIFT_PENALTY)
+    return lambda z, rows: fitted.probabilities(z, group_indicators(rows, levels))
 
 
 def refitted_maps(
@@ -136,7 +129,7 @@ def refitted_maps(
         "as served": lambda z, _: artifact.calibrator.probabilities(z),
         "none": lambda z, _: expit(z),
         **{f"{m}, refitted": lambda z, _, c=c: c.probabilities(z) for m, c in fitted.items()},
-        "temperature and age shifts, refitted": age_shift_map(z, labels, check["band"]),
+        "temperature and age shifts, refitted": age_shift_map(z, labels, check),
     }
 
 
@@ -202,7 +195,7 @@ def print_refitted(
 ) -> None:
     """The table's gaps through each map of `refitted_maps`."""
     maps = refitted_maps(artifact, warehouse, source, years)
-    table = by_age(asked, **{name: answer(z, asked["band"]) for name, answer in maps.items()})
+    table = by_age(asked, **{name: answer(z, asked) for name, answer in maps.items()})
     print(f"\nGap by age band through maps fitted on every member row of {years[0]}–{years[1]}:\n")
     print("| map | " + " | ".join(table["band"]) + " |")
     print("| --- |" + " ---: |" * table.height)
