@@ -63,7 +63,7 @@ def ensemble(settings, data: TrainingData, first_seed: int) -> tuple[ModelArtifa
             recipe, before, data.windows, preprocessor, check.epochs(recipe.training),
             Path(checkpoints) / "newest",
         )  # fmt: skip
-    calibrator = check.calibrator(settings.train.calibration)
+    calibrator = check.calibrator(settings.train)
     artifact = ModelArtifact(
         networks=[r.model for r in newest.results],
         seeds=[r.seed for r in newest.results],
@@ -122,10 +122,12 @@ def main() -> None:
     print("| --- | ---: | ---: | --- |")
     for first_seed in (42, 142):
         artifact, logits = ensemble(settings, data, first_seed)
-        members = artifact.calibrator.probabilities(logits)
+        members = artifact.calibrator.probabilities(logits, data.split("test"))
         scored = score(artifact, requests)
         answers.append(scored.probability)
-        test_means.append(artifact.calibrator.probabilities(ensemble_logit(logits)))
+        test_means.append(
+            artifact.calibrator.probabilities(ensemble_logit(logits), data.split("test"))
+        )
         print(
             f"| seeds {first_seed}… | {(members.max(0) - members.min(0)).mean():.3f} "
             f"| {(scored.high - scored.low).mean():.3f} "

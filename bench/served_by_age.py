@@ -16,9 +16,9 @@ map undone (the networks' own mean probability), so what the map does is seen ap
 `--maps FIRST LAST` asks whether another calibration map would close the gaps: maps fitted on
 the champion's own answers to every member row of those years (all peaks, hired staff too, as
 the member check takes them; rows it learnt from, so the most a map could do): a temperature,
-Platt's scale and shift, and bench/calibration_shifts.py's temperature with one centred logit
-shift per age band (an L2 penalty of 0.01 on the shifts). If even these leave a band off, the
-gap is the network's, not the map's.
+Platt's scale and shift, and a temperature with one centred logit shift per age band (an L2
+penalty of 0.01 on the shifts: the kind of map the recipe serves, deepsummit/contracts/
+calibration.py). If even these leave a band off, the gap is the network's, not the map's.
 
 Everest's spring seasons of 2014 and 2015 were closed early (the icefall avalanche of 18 April
 2014, the earthquake of 25 April 2015): 16% and none of their non-hired members summited, for
@@ -34,7 +34,6 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
-from calibration_shifts import ShiftMap, group_indicators
 from scipy.special import expit, logit
 
 from deepsummit.contracts.artifact import ModelArtifact
@@ -109,27 +108,22 @@ def by_age(asked: pl.DataFrame, **answers: np.ndarray) -> pl.DataFrame:
     )
 
 
-def age_shift_map(z: np.ndarray, labels: np.ndarray, check: pl.DataFrame) -> Callable:
-    """bench/calibration_shifts.py's map with one shift per age band, fitted on `check`'s rows
-    (their logit `z`, their outcome): the answer on other rows, from their logit."""
-    bands = check.select(GROUP_FAMILIES["age"]).to_series().drop_nulls().unique().sort()
-    levels = [("age", band) for band in bands.to_list()]
-    fitted = ShiftMap.fit(z, labels, group_indicators(check, levels), SHIFT_PENALTY)
-    return lambda z, rows: fitted.probabilities(z, group_indicators(rows, levels))
-
-
 def refitted_maps(
     artifact: ModelArtifact, warehouse: Path, source: str, years: tuple[int, int]
 ) -> dict[str, Callable]:
     """Maps fitted on the champion's own answers to every member row of `years`."""
     check = asked_members(warehouse, source, CHECK_MEMBERS, first=years[0], last=years[1])
     z, labels = own_logit(artifact, check), check["label"].cast(pl.Float64).to_numpy()
-    fitted = {m: Calibrator.fit(m, z, labels) for m in ("temperature", "platt")}
+    fitted = {
+        **{f"{m}, refitted": Calibrator.fit(m, z, labels) for m in ("temperature", "platt")},
+        "temperature and age shifts, refitted": Calibrator.fit(
+            "temperature", z, labels, check, ("age",), SHIFT_PENALTY
+        ),
+    }
     return {
-        "as served": lambda z, _: artifact.calibrator.probabilities(z),
+        "as served": artifact.calibrator.probabilities,
         "none": lambda z, _: expit(z),
-        **{f"{m}, refitted": lambda z, _, c=c: c.probabilities(z) for m, c in fitted.items()},
-        "temperature and age shifts, refitted": age_shift_map(z, labels, check),
+        **{name: c.probabilities for name, c in fitted.items()},
     }
 
 
@@ -158,10 +152,10 @@ def main() -> None:
         peak=args.peak, season=args.season, first=years[0], last=years[-1],
     ).filter(pl.col("year").is_in(years))  # fmt: skip
     z = own_logit(artifact, asked)
-    table = by_age(asked, served=artifact.calibrator.probabilities(z), own=expit(z))
+    table = by_age(asked, served=artifact.calibrator.probabilities(z, asked), own=expit(z))
     table = table.with_columns(gap=pl.col("served") - pl.col("summited"))
     print(
-        f"{name} (map: {artifact.calibrator.method}), asked about the non-hired members of "
+        f"{name} (map: {artifact.calibrator.describe()}), asked about the non-hired members of "
         f"{args.peak} {args.season} {years[0]}–{years[-1]}"
         + (f" but {', '.join(map(str, args.without))}" if args.without else "")
         + f" as recorded, weather {source!r}\n"

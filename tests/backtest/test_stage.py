@@ -11,7 +11,7 @@ import pytest
 from mlflow import MlflowClient
 
 from deepsummit.backtest.answers import FoldAnswers
-from deepsummit.backtest.cache import _fold_files, fold_directories
+from deepsummit.backtest.cache import _fold_files, fold_directories, trainings_directory
 from deepsummit.backtest.folds import Fold
 from deepsummit.backtest.outcome import MODELS, fold_outcome
 from deepsummit.backtest.run import fold_jobs, run_backtest
@@ -128,6 +128,27 @@ def test_a_rerun_trains_nothing_and_a_crash_resumes_at_the_next_fold(first, setu
     _fold_files(first.report.directory, Fold(2019))["summary"].unlink()
     resumed = run_backtest(settings, snapshot)
     assert [o.cached for o in resumed.folds] == [True, False]
+
+
+def test_another_map_rescores_the_folds_and_trains_nothing(first, setup) -> None:
+    """The map is fitted after training: the same folds under a temperature without the age
+    shifts are scored anew from the trainings cached for the first run, none trained again."""
+    settings, snapshot = setup
+    trained = sorted(trainings_directory(settings, snapshot).rglob("*.pt"))
+    assert trained, "the first run's trainings are cached"
+    written = [path.stat().st_mtime_ns for path in trained]
+    plain = settings.model_copy(
+        update={"train": settings.train.model_copy(update={"calibration_shifts_by": ()})}
+    )
+    again = run_backtest(plain, snapshot)
+    assert [o.cached for o in again.folds] == [False, False]
+    assert [path.stat().st_mtime_ns for path in trained] == written
+    for shifted, unshifted in zip(first.report.folds, again.folds, strict=True):
+        assert set(shifted.summary["member_check"]["map"]["group_shifts"]) == {"age"}
+        assert unshifted.summary["member_check"]["map"]["group_shifts"] == {}
+        held, held_plain = shifted.held_out, unshifted.held_out
+        assert held["raw_transformer"].to_list() == held_plain["raw_transformer"].to_list()
+        assert held["transformer"].to_list() != held_plain["transformer"].to_list()
 
 
 def test_a_fold_trained_elsewhere_scores_as_the_fold_trained_here(

@@ -4,6 +4,7 @@ round-trips through its JSON."""
 from __future__ import annotations
 
 import numpy as np
+import polars as pl
 import pytest
 from sklearn.metrics import roc_auc_score
 
@@ -48,3 +49,62 @@ def test_none_is_the_plain_sigmoid() -> None:
     np.testing.assert_allclose(
         Calibrator.fit("none", z, np.ones(3)).probabilities(z), 1 / (1 + np.exp(-z))
     )
+
+
+@pytest.fixture(scope="module")
+def older_fall_behind():
+    """Members whose true logit is the network's z minus 1.2 past 60 (centred, so that the
+    level over all rows stays z's): a network that stays flat with age, as the served one did
+    (issue 42). A tenth of the rows has no age."""
+    rng = np.random.default_rng(5)
+    n = 30_000
+    age = rng.integers(18, 75, n).astype(float)
+    z = rng.normal(0.3, 1.0, n)
+    oldest = age >= 60
+    true_logit = z - 1.2 * (oldest - oldest.mean())
+    labels = (rng.random(n) < 1 / (1 + np.exp(-true_logit))).astype(float)
+    rows = pl.DataFrame({"age": age, "label": labels}).with_columns(
+        age=pl.when(pl.Series(rng.random(n) < 0.1)).then(None).otherwise(pl.col("age"))
+    )
+    return z, labels, rows
+
+
+def _oldest_gap(calibrator: Calibrator, z: np.ndarray, labels: np.ndarray, rows) -> float:
+    oldest = (rows["age"] >= 60).fill_null(False).to_numpy()
+    return float(calibrator.probabilities(z, rows)[oldest].mean() - labels[oldest].mean())
+
+
+@pytest.mark.parametrize("method", ["temperature", "platt"])
+def test_an_age_shift_answers_the_oldest_band_where_one_scale_cannot(
+    older_fall_behind, method
+) -> None:
+    z, labels, rows = older_fall_behind
+    plain = Calibrator.fit(method, z, labels)
+    shifted = Calibrator.fit(method, z, labels, rows, ("age",), penalty=0.001)
+    assert _oldest_gap(plain, z, labels, rows) > 0.1
+    assert abs(_oldest_gap(shifted, z, labels, rows)) < 0.02
+    shifts = shifted.group_shifts["age"]
+    assert shifts["60 and over"] - shifts["40s"] == pytest.approx(-1.2, abs=0.15)
+    # Centred: over the rows it was fitted on, the shifts change the mean answer by little.
+    assert shifted.probabilities(z, rows).mean() == pytest.approx(labels.mean(), abs=0.01)
+    assert Calibrator.from_json(shifted.to_json()) == shifted
+
+
+def test_the_shifts_average_to_nothing_and_an_unknown_age_gets_none(older_fall_behind) -> None:
+    z, labels, rows = older_fall_behind
+    shifted = Calibrator.fit("temperature", z, labels, rows, ("age",))
+    known = rows.filter(pl.col("age").is_not_null())
+    offsets = shifted.group_offsets(known, known.height)
+    assert offsets.mean() == pytest.approx(0.0, abs=1e-9)
+    unknown = pl.DataFrame({"age": [None]}, schema={"age": pl.Float64})
+    expected = 1 / (1 + np.exp(-shifted.scale * 0.5))
+    assert shifted.probabilities(np.array([0.5]), unknown)[0] == pytest.approx(expected)
+
+
+def test_a_shifting_map_refuses_answers_without_the_member_columns(older_fall_behind) -> None:
+    z, labels, rows = older_fall_behind
+    shifted = Calibrator.fit("temperature", z, labels, rows, ("age",))
+    with pytest.raises(ValueError, match="shifts by age: it needs the member columns"):
+        shifted.probabilities(z)
+    with pytest.raises(ValueError, match="'isotonic' map cannot shift member groups"):
+        Calibrator.fit("isotonic", z, labels, rows, ("age",))

@@ -65,7 +65,8 @@ def _training_probability(artifact, arrays, report, keys: pl.DataFrame) -> np.nd
     inputs = arrays["test"].subset(position).model_inputs()
     members = np.concatenate([predict_logits(network, inputs) for network in artifact.networks])
     probability = (1 / (1 + np.exp(-members.astype(np.float64)))).mean(axis=0)
-    return artifact.calibrator.probabilities(np.log(probability / (1 - probability)))
+    logit = np.log(probability / (1 - probability))
+    return artifact.calibrator.probabilities(logit, test_rows[position])
 
 
 def test_serving_gives_the_training_probability_on_200_test_rows(served) -> None:

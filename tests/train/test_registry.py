@@ -210,13 +210,14 @@ def test_the_registered_model_is_the_refit_and_serves_what_its_networks_say(
     assert artifact.preprocessor.extra["trained_on"] == "every season through 2025 Summer"
     # The map was fitted on the member check, and the artifact keeps how it judged each group.
     assert artifact.calibrator.method == trained_registry.settings.train.calibration
+    assert tuple(artifact.calibrator.group_shifts) == settings.train.calibration_shifts_by
     assert artifact.member_groups is not None and artifact.member_groups["rows"]
     features = pl.read_parquet(trained_registry.snapshot / "features.parquet")
     test = features.filter(pl.col("split") == "test")
     windows = pl.read_parquet(trained_registry.snapshot / "windows.parquet")
     inputs = artifact.preprocessor.transform(test, windows).model_inputs()
     expected = artifact.calibrator.probabilities(
-        ensemble_logit(member_logits(artifact.networks, inputs))
+        ensemble_logit(member_logits(artifact.networks, inputs)), test
     )
     model = load_verified(settings.mlflow.tracking_uri, "deepsummit", "1")
     planned = pl.read_parquet(trained_registry.snapshot / PLANNED_TEST_FILE)

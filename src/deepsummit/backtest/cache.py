@@ -1,9 +1,12 @@
 """Where the backtest keeps what it trained, so a rerun trains nothing and a run cut short
 resumes: each fold's outcome, each member check's answers, each fold's baselines' answers.
 
-Everything lives under `<backtest.output_dir>/<key>/`, the key a digest of the snapshot and of
-every setting that changes a result; the baselines' answers under a key of what they follow
-from alone (`baselines_key`), so candidates that differ in the transformer share them.
+Each fold's outcome lives under `<backtest.output_dir>/<key>/`, the key a digest of the snapshot
+and of every setting that changes a result; what the transformer's trainings left (their
+checkpoints, the member checks' answers) under `trainings/<key>`, a key of what they follow
+from, so settings that differ only in the calibration map fitted after them share them (a new
+map re-scores the folds, training nothing); the baselines' answers under a key of what they
+follow from alone (`baselines_key`), so candidates that differ in the transformer share them.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from deepsummit.backtest.folds import Fold
 from deepsummit.backtest.outcome import FoldOutcome
 from deepsummit.contracts.snapshot import PREPROCESSING_FILE
 from deepsummit.core.config import Settings
+from deepsummit.core.sections import TrainConfig
 from deepsummit.train.recipe import CheckInputs, MemberCheck
 from deepsummit.train.trainer import TrainingSummary, training_knobs
 
@@ -49,14 +53,24 @@ def baselines_key(settings: Settings, snapshot: Path) -> str:
     )
 
 
-def backtest_key(settings: Settings, snapshot: Path) -> str:
-    """What a fold's result follows from: the baselines' key, and the settings that train the
-    transformer (not where files go)."""
+def trainings_key(settings: Settings, snapshot: Path) -> str:
+    """What a fold's trainings follow from: the baselines' key (the snapshot, the inputs, the
+    folds), and the settings that train the transformer (not where files go, nor the map)."""
     return _digest(
         {
             "baselines": baselines_key(settings, snapshot),
             "model": dataclasses.asdict(settings.model),
             "train": training_knobs(settings.train),
+        }
+    )
+
+
+def backtest_key(settings: Settings, snapshot: Path) -> str:
+    """What a fold's result follows from: its trainings and the map fitted after them."""
+    return _digest(
+        {
+            "trainings": trainings_key(settings, snapshot),
+            "map": settings.train.model_dump(mode="json", include=set(TrainConfig.CALIBRATION)),
         }
     )
 
@@ -68,6 +82,11 @@ def fold_directories(settings: Settings, snapshot: Path) -> tuple[Path, Path]:
         output / backtest_key(settings, snapshot),
         output / "baselines" / baselines_key(settings, snapshot),
     )
+
+
+def trainings_directory(settings: Settings, snapshot: Path) -> Path:
+    """Where the folds' trainings of these settings keep their checkpoints and member checks."""
+    return settings.backtest.output_dir / "trainings" / trainings_key(settings, snapshot)
 
 
 def _fold_files(directory: Path, fold: Fold) -> dict[str, Path]:

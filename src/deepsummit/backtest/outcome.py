@@ -18,12 +18,12 @@ import polars as pl
 from deepsummit.backtest.answers import FoldAnswers
 from deepsummit.backtest.folds import Fold, FoldJob
 from deepsummit.backtest.push_days import PEAK_SEASON
-from deepsummit.contracts.calibration import Calibrator
 from deepsummit.core.config import Settings
 from deepsummit.core.sections import TrainConfig
 from deepsummit.serve.inference import ensemble_logit, ensemble_probability
 from deepsummit.train.baselines import CATBOOST, LIGHTGBM, LOGISTIC, run_baselines
 from deepsummit.train.comparison import TRANSFORMER
+from deepsummit.train.recipe import fit_calibrator
 
 MODELS = (TRANSFORMER, LIGHTGBM, CATBOOST, LOGISTIC)
 BASELINES = (LOGISTIC, LIGHTGBM, CATBOOST)
@@ -58,8 +58,7 @@ def fold_outcome(
 ) -> FoldOutcome:
     """A trained fold scored (see the module docstring); the baselines trained here, or read
     from `baselines` when an earlier run trained them."""
-    labels = job.check.members["label"].cast(pl.Float64).to_numpy()
-    calibrator = Calibrator.fit(settings.train.calibration, ensemble_logit(answers.check), labels)
+    calibrator = fit_calibrator(settings.train, ensemble_logit(answers.check), job.check.members)
     scores = {
         TRANSFORMER: Scores(
             ensemble_probability(answers.test), ensemble_probability(answers.push_days)
@@ -72,8 +71,8 @@ def fold_outcome(
         **baseline_scores(job, settings.train, baselines / job.fold.name),
     }
     served = {name: scores[name].test for name in MODELS}
-    served[TRANSFORMER] = calibrator.probabilities(ensemble_logit(answers.test))
-    members = calibrator.probabilities(answers.test)
+    served[TRANSFORMER] = calibrator.probabilities(ensemble_logit(answers.test), job.test_rows)
+    members = calibrator.probabilities(answers.test, job.test_rows)
     held_out = job.test_rows.select(HELD_OUT_KEYS).with_columns(
         **{f"raw_{name}": pl.Series(scores[name].test) for name in MODELS},
         **{name: pl.Series(values) for name, values in served.items()},

@@ -28,6 +28,7 @@ from deepsummit.backtest.cache import (
     fold_directories,
     read_check,
     read_fold,
+    trainings_directory,
     write_check,
     write_fold,
 )
@@ -105,7 +106,7 @@ def run_backtest(
             if candidates is None:  # only a fold that trains needs them
                 candidates = push_day_candidates(settings, snapshot, data)
             job = _job(settings, fold, data, candidates)
-            outcome = train_fold(settings, job, directory, baselines)
+            outcome = train_fold(settings, job, trainings_directory(settings, snapshot), baselines)
             write_fold(directory, outcome)
         outcomes.append(outcome)
         logger.info("backtest fold %s: %s", fold.name, outcome.skipped or "done")
@@ -147,16 +148,18 @@ def _job(settings: Settings, fold: Fold, data: Snapshot, candidates: Candidates)
     )
 
 
-def train_fold(settings: Settings, job: FoldJob, directory: Path, baselines: Path) -> FoldOutcome:
+def train_fold(settings: Settings, job: FoldJob, trainings: Path, baselines: Path) -> FoldOutcome:
     """Train and score one fold: the member check (read back when an earlier fold trained it),
-    the recipe trained on every season before the test year, the baselines on the same rows."""
+    the recipe trained on every season before the test year (resumed from its checkpoint under
+    `trainings`: a fold trained for another map trains no further), the baselines on the same
+    rows."""
     started = time.perf_counter()
     recipe = Recipe.of(settings)
-    checkpoints = directory / "checkpoints" / job.fold.name
-    check = read_check(directory, job.check)
+    checkpoints = trainings / "checkpoints" / job.fold.name
+    check = read_check(trainings, job.check)
     if check is None:
         check = member_check(recipe, job.check, checkpoints / "member-check")
-        write_check(directory, check)
+        write_check(trainings, check)
     served = refit_arrays(
         recipe,
         job.arrays["train"],

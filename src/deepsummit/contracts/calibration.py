@@ -9,6 +9,18 @@ afterwards.
 Which one the models use is `train.calibration` (deepsummit/core/sections.py says why the default
 is the one it is). Temperature and Platt are strictly monotone in z, so they leave the AUC as it
 was; isotonic's steps tie rows and can change it.
+
+Temperature and Platt may also shift the logit of each member group of some families
+(`train.calibration_shifts_by`, deepsummit/contracts/member_groups.py), fitted with them:
+
+    p = σ(a·z + b + Σ_f s_f[group of the row]),    Σ_g share_g · s_f[g] = 0
+
+by log loss plus `penalty` · Σ s², the shares those of the fitting rows whose group is known:
+the shifts average to nothing there, so the answers' level stays the map's, and a row whose
+group is unknown (an expedition record has no member's age) gets no shift. Within one group the
+map is still monotone in z; across groups it moves one group's answers against another's,
+which is what it is for: the network's answer for the oldest climbers stays near the others'
+while their summit rate does not (issue 42, docs/evaluation.md).
 """
 
 from __future__ import annotations
@@ -18,6 +30,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Literal
 
 import numpy as np
+import polars as pl
+
+from deepsummit.contracts.member_groups import GROUP_FAMILIES
 
 Method = Literal["none", "temperature", "platt", "isotonic"]
 
@@ -26,10 +41,22 @@ def _sigmoid(z: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-z))
 
 
-def _log_loss(params: np.ndarray, logits: np.ndarray, labels: np.ndarray, platt: bool) -> float:
-    a, b = (params[0], params[1]) if platt else (1.0 / params[0], 0.0)
-    p = np.clip(_sigmoid(a * logits + b), 1e-12, 1 - 1e-12)
-    return float(-np.mean(labels * np.log(p) + (1 - labels) * np.log(1 - p)))
+def _centred_indicators(
+    rows: pl.DataFrame | None, levels: list[tuple[str, str]], count: int
+) -> tuple[np.ndarray, dict[tuple[str, str], float]]:
+    """(rows, levels): each row's membership of the group `(family, group)` less the group's
+    share of the rows where the family is known, and zero where it is unknown; and the shares."""
+    if rows is None or not levels:
+        return np.zeros((count, 0)), {}
+    families = sorted({family for family, _ in levels})
+    groups = rows.select(**{family: GROUP_FAMILIES[family] for family in families})
+    centred, shares = [], {}
+    for family, group in levels:
+        known = groups[family].is_not_null().to_numpy()
+        member = (groups[family] == group).fill_null(False).to_numpy()
+        shares[(family, group)] = float(member.sum() / max(known.sum(), 1))
+        centred.append((member - shares[(family, group)]) * known)
+    return np.stack(centred, 1), shares
 
 
 @dataclass(frozen=True)
@@ -40,15 +67,29 @@ class Calibrator:
     # isotonic: the fitted step function, logit thresholds and their probabilities
     thresholds: list[float] = field(default_factory=list)
     values: list[float] = field(default_factory=list)
+    # temperature, platt: family → group → its shift s_f[g] (centred: see the module docstring)
+    group_shifts: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @classmethod
-    def fit(cls, method: Method, logits: np.ndarray, labels: np.ndarray) -> Calibrator:
+    def fit(
+        cls,
+        method: Method,
+        logits: np.ndarray,
+        labels: np.ndarray,
+        rows: pl.DataFrame | None = None,
+        shifts_by: tuple[str, ...] = (),
+        penalty: float = 0.01,
+    ) -> Calibrator:
+        """The map of `method` fitted on `logits` and their `labels`; with `shifts_by`, a shift
+        per group of those families of `rows` (the member columns of the same rows) too."""
         # Imported here: fitting is training's; a model that only applies its map (every
         # `deepsummit predict`) is spared their second of imports.
         from scipy.optimize import minimize
         from sklearn.isotonic import IsotonicRegression
 
         logits, labels = np.asarray(logits, np.float64), np.asarray(labels, np.float64)
+        if shifts_by and method not in ("temperature", "platt"):
+            raise ValueError(f"a {method!r} map cannot shift member groups: temperature or platt")
         if method == "none":
             return cls("none")
         if method == "isotonic":
@@ -59,20 +100,88 @@ class Calibrator:
                 thresholds=[float(x) for x in iso.X_thresholds_],
                 values=[float(y) for y in iso.y_thresholds_],
             )
+        levels: list[tuple[str, str]] = []
+        if shifts_by:
+            if rows is None:
+                raise ValueError(f"shifts by {', '.join(shifts_by)} need the rows' member columns")
+            present = rows.select(**{f: GROUP_FAMILIES[f] for f in shifts_by})
+            levels = [(f, g) for f in shifts_by for g in sorted(present[f].drop_nulls().unique())]
+        centred, shares = _centred_indicators(rows, levels, len(logits))
         platt = method == "platt"
-        start = np.array([1.0, 0.0]) if platt else np.array([1.0])
-        bounds = [(-10.0, 10.0), (-10.0, 10.0)] if platt else [(0.05, 20.0)]
-        result = minimize(_log_loss, start, args=(logits, labels, platt), bounds=bounds)
-        if platt:
-            return cls("platt", scale=float(result.x[0]), shift=float(result.x[1]))
-        return cls("temperature", scale=float(1.0 / result.x[0]))
+        own = [1.0, 0.0] if platt else [1.0]  # the map's own parameters, a (and b), at rest
+        count = len(own)
 
-    def probabilities(self, logits: np.ndarray) -> np.ndarray:
-        """Element by element, for logits of any shape (one seed's (N,), the seeds' (S, N))."""
+        def loss(params: np.ndarray) -> float:
+            a, b = (params[0], params[1]) if platt else (params[0], 0.0)
+            p = np.clip(_sigmoid(a * logits + b + centred @ params[count:]), 1e-12, 1 - 1e-12)
+            log_loss = -np.mean(labels * np.log(p) + (1 - labels) * np.log(1 - p))
+            return float(log_loss + penalty * np.sum(params[count:] ** 2))
+
+        bounds = [(-10.0, 10.0)] * 2 if platt else [(0.05, 20.0)]
+        result = minimize(
+            loss, np.r_[own, np.zeros(len(levels))], bounds=bounds + [(-5.0, 5.0)] * len(levels)
+        )
+        raw = result.x[count:]
+        # s_f[g] = raw_g − Σ_g' share_g' · raw_g' over the family's groups
+        centre = {
+            f: sum(shares[k] * v for k, v in zip(levels, raw, strict=True) if k[0] == f)
+            for f in shifts_by
+        }
+        return cls(
+            method,
+            scale=float(result.x[0]),
+            shift=float(result.x[1]) if platt else 0.0,
+            group_shifts={
+                family: {
+                    g: float(v - centre[family])
+                    for (f, g), v in zip(levels, raw, strict=True)
+                    if f == family
+                }
+                for family in shifts_by
+            },
+        )
+
+    def group_offsets(self, rows: pl.DataFrame | None, count: int) -> np.ndarray:
+        """(count,): each row's logit shift, Σ_f s_f[group] (none where the group is unknown);
+        zeros for a map without shifts."""
+        if not self.group_shifts:
+            return np.zeros(count)
+        if rows is None or rows.height != count:
+            raise ValueError(
+                f"this map shifts by {', '.join(self.group_shifts)}: it needs the member columns "
+                "of every row it answers"
+            )
+        groups = rows.select(**{f: GROUP_FAMILIES[f] for f in self.group_shifts})
+        offset = np.zeros(count)
+        for family, shifts in self.group_shifts.items():
+            mapped = groups[family].replace_strict(shifts, default=0.0, return_dtype=pl.Float64)
+            offset += mapped.fill_null(0.0).to_numpy()
+        return offset
+
+    def probabilities(self, logits: np.ndarray, rows: pl.DataFrame | None = None) -> np.ndarray:
+        """Element by element, for logits of any shape (one seed's (N,), the seeds' (S, N));
+        `rows`: the N rows' member columns, for a map with group shifts."""
         z = np.asarray(logits, np.float64)
         if self.method == "isotonic":
             return np.interp(z, self.thresholds, self.values)
-        return _sigmoid(self.scale * z + self.shift)
+        return _sigmoid(self.scale * z + self.shift + self.group_offsets(rows, z.shape[-1]))
+
+    @property
+    def name(self) -> str:
+        """The method and the families it shifts: "temperature + age shifts"."""
+        return " + ".join([self.method, *(f"{family} shifts" for family in self.group_shifts)])
+
+    def describe(self) -> str:
+        """The map in a few words: "temperature, logits × 1.234, age shifts: under 30 +0.12, …"."""
+        words = (
+            f"{self.method}, logits × {self.scale:.3f}"
+            if self.method == "temperature"
+            else self.method
+        )
+        for family, shifts in self.group_shifts.items():
+            listed = ", ".join(f"{g} {v:+.2f}" for g, v in shifts.items())
+            words += f"; {family} shifts: {listed}"
+        return words
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)

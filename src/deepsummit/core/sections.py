@@ -283,7 +283,16 @@ class DriftConfig(Section):
     min_rows: int = 50
 
 
+# The member-group families a calibration map may shift: those every answered row states.
+CalibrationFamily = Literal["age", "sex", "hired staff", "oxygen plan", "nationality"]
+
+
 class TrainConfig(Section):
+    # The settings of the map fitted after training: a trained network (a checkpoint, a cached
+    # backtest training) serves under any of them.
+    CALIBRATION: ClassVar[frozenset[str]] = frozenset(
+        {"calibration", "calibration_shifts_by", "calibration_shift_penalty"}
+    )
     # The snapshot's content enters the cache key as the train stage's input, not as a path.
     OPERATIONAL = frozenset(
         {
@@ -325,6 +334,13 @@ class TrainConfig(Section):
     # Temperature: one parameter and strictly monotone, so the ranking of push days and the AUC
     # stay the model's; isotonic's steps would give neighbouring push days the same P.
     calibration: Literal["none", "temperature", "platt", "isotonic"] = "temperature"
+    # The temperature or Platt map also shifts the logit of each member group of these families
+    # (deepsummit/contracts/member_groups.py; those a planned attempt states, so `role` is not
+    # one), fitted with it on the same rows, each shift's square times the penalty added to the
+    # log loss. Age: the network's answer for the oldest climbers stays near the others' while
+    # their summit rate falls away (issue 42; bench/calibration_shifts.py, docs/evaluation.md).
+    calibration_shifts_by: tuple[CalibrationFamily, ...] = ("age",)
+    calibration_shift_penalty: float = Field(0.01, ge=0)
     device: Literal["auto", "cpu", "cuda"] = "auto"
     num_threads: int | None = None  # torch intra-op threads; None = torch's default
     max_train_rows: int | None = None  # a slice for quick runs and tests; None = all
@@ -358,6 +374,15 @@ class TrainConfig(Section):
     worker_lost_s: float = Field(90.0, gt=0)
     # How often one chain starts its training again after a lost worker before it fails.
     worker_lost_restarts: int = Field(2, ge=0)
+
+    @model_validator(mode="after")
+    def _shifts_need_a_parametric_map(self) -> TrainConfig:
+        if self.calibration_shifts_by and self.calibration not in ("temperature", "platt"):
+            raise ValueError(
+                f"train.calibration_shifts_by needs a temperature or platt map, not "
+                f"{self.calibration!r} (set it to [] for that map)"
+            )
+        return self
 
 
 class MlflowConfig(Section):

@@ -4,9 +4,9 @@ predict` and the outlook share.
 The features are computed with the training code: the tabular SQL over the history tables frozen
 into the artifact (as of the records the model was trained with), the windows SQL over the
 request's 90 daily weather rows, the artifact's preprocessing. Each ensemble member (every
-member of every seed's network) gives a logit: the calibration map turns the logit of their mean
-probability into the answer, and each one into a probability, whose lowest and highest are the
-band.
+member of every seed's network) gives a logit: the calibration map (reading the member's age
+band when it shifts by age) turns the logit of their mean probability into the answer, and each
+one into a probability, whose lowest and highest are the band.
 """
 
 from __future__ import annotations
@@ -164,8 +164,8 @@ def score(
         arrays = artifact.preprocessor.transform(features, windows, ("window_id", "smtdate"))
         inputs = arrays.model_inputs()
         logits = member_logits(artifact.networks, inputs, rows_per_pass)
-        members = artifact.calibrator.probabilities(logits)
-        probability[rows] = artifact.calibrator.probabilities(ensemble_logit(logits))
+        members = artifact.calibrator.probabilities(logits, features)
+        probability[rows] = artifact.calibrator.probabilities(ensemble_logit(logits), features)
         low[rows], high[rows] = members.min(0), members.max(0)
         with_weather = ~arrays.weather_missing.all(axis=(1, 2))
         unknown = artifact.preprocessor.unknown_notes_by_row(features)

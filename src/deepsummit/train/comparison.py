@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass, field
 
 import numpy as np
+import polars as pl
 
 from deepsummit.contracts.calibration import Calibrator
 from deepsummit.train.baselines import ModelPredictions
@@ -103,7 +104,7 @@ class Comparison:
             auc = f"({m.auc.render()})" if row.flag else m.auc.render()
             lines.append(
                 f"| {row.name} | {auc} | {m.brier.render()} | {m.ece.render()} "
-                f"| {row.ece_before:.3f} | {self.calibrators[row.name].method} "
+                f"| {row.ece_before:.3f} | {self.calibrators[row.name].name} "
                 f"| {row.train_seconds:.0f} | {row.flag} |"
             )
         lines.append("")
@@ -181,15 +182,17 @@ def compare(
     test_labels: np.ndarray,
     test_groups: np.ndarray,
     test_seasons: np.ndarray,
+    test_rows: pl.DataFrame | None = None,
 ) -> Comparison:
     """Score every model's answer as served (its own P through its map in `calibrators`, none
-    when it has none) on the same test rows; the first model, the transformer, is the one the
+    when it has none; `test_rows`: the rows' member columns, for a map that shifts member
+    groups) on the same test rows; the first model, the transformer, is the one the
     differences are taken from."""
     weights = replicate_weights(test_groups)
     rows, served = [], {}
     maps = {m.name: calibrators.get(m.name, Calibrator("none")) for m in models}
     for model in models:
-        probabilities = maps[model.name].probabilities(logit(model.test))
+        probabilities = maps[model.name].probabilities(logit(model.test), test_rows)
         plain = compute_metrics(test_labels, probabilities)
         rows.append(
             ModelRow(

@@ -24,7 +24,7 @@ import polars as pl
 from deepsummit.contracts.arrays import FeatureArrays
 from deepsummit.contracts.calibration import Calibrator
 from deepsummit.core.seasons import season_name
-from deepsummit.core.sections import BacktestConfig
+from deepsummit.core.sections import BacktestConfig, TrainConfig
 from deepsummit.serve.inference import ensemble_probability, member_logits
 from deepsummit.train.baselines import ModelPredictions
 from deepsummit.train.bootstrap import weighted_auc
@@ -79,11 +79,13 @@ def evaluate(
     baselines: list[ModelPredictions],
     check: MemberCheck,
     calibrator: Calibrator,
+    train_config: TrainConfig,
     backtest: BacktestConfig,
     run_dir: Path,
 ) -> Evaluation:
     """Judge the recipe on both checks and log it all (see the module docstring);
-    `calibrator`: the map fitted on the whole check, the one the registered model carries."""
+    `calibrator`: the map fitted on the whole check, the one the registered model carries, of
+    the recipe's `train_config` (what the check's out-of-fold maps are fitted by)."""
     models = [transformer_predictions(transformer, held_out.arrays), *baselines]
     comparison = compare(
         models,
@@ -91,12 +93,16 @@ def evaluate(
         held_out.arrays.label,
         held_out.groups,
         held_out.seasons,
+        held_out.rows,
     )
     comparison = dataclasses.replace(
-        comparison, seeds=seed_spread(transformer, held_out.arrays, calibrator)
+        comparison, seeds=seed_spread(transformer, held_out, calibrator)
     )
-    served = {m.name: comparison.calibrators[m.name].probabilities(logit(m.test)) for m in models}
-    member_answers = check.out_of_fold(calibrator.method)
+    served = {
+        m.name: comparison.calibrators[m.name].probabilities(logit(m.test), held_out.rows)
+        for m in models
+    }
+    member_answers = check.out_of_fold(train_config)
     member_groups = calibration_by_scope(
         check.rows,
         {TRANSFORMER: member_answers, WITHOUT_MAP: ensemble_probability(check.logits)},
@@ -164,14 +170,16 @@ def held_out_expeditions(
 
 
 def seed_spread(
-    results: list[TrainResult], test: FeatureArrays, calibrator: Calibrator
+    results: list[TrainResult], held_out: HeldOut, calibrator: Calibrator
 ) -> SeedSpread:
     """Each seed's validation and test AUC, and the mean width of the band of every member's
     calibrated probability on the test rows (what `predict` shows as the band)."""
+    test = held_out.arrays
     ones = np.ones((1, len(test)))
     inputs = test.model_inputs()
     per_seed = [ensemble_probability(member_logits([r.model], inputs)) for r in results]
-    members = calibrator.probabilities(member_logits([r.model for r in results], inputs))
+    logits = member_logits([r.model for r in results], inputs)
+    members = calibrator.probabilities(logits, held_out.rows)
     return SeedSpread(
         tuple(r.seed for r in results),
         tuple(r.best_val_auc for r in results),

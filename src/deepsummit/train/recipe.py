@@ -25,7 +25,7 @@ import numpy as np
 import polars as pl
 
 from deepsummit.contracts.arrays import FeatureArrays
-from deepsummit.contracts.calibration import Calibrator, Method
+from deepsummit.contracts.calibration import Calibrator
 from deepsummit.contracts.preprocessing import Preprocessor
 from deepsummit.core.config import Settings
 from deepsummit.core.context import Progress, no_progress
@@ -264,11 +264,11 @@ class MemberCheck:
             return {t.seed: t.best_epoch for t in self.trainings}
         return {t.seed: config.max_epochs for t in self.trainings}
 
-    def calibrator(self, method: Method) -> Calibrator:
+    def calibrator(self, config: TrainConfig) -> Calibrator:
         """The map the recipe's answers go through, fitted on every row of the check."""
-        return Calibrator.fit(method, ensemble_logit(self.logits), self.labels)
+        return fit_calibrator(config, ensemble_logit(self.logits), self.rows)
 
-    def out_of_fold(self, method: Method) -> np.ndarray:
+    def out_of_fold(self, config: TrainConfig) -> np.ndarray:
         """The answers on the check's rows, each year's through a map fitted on the other
         years: what the map does to rows it was not fitted on."""
         years = self.rows["year"].to_numpy()
@@ -276,9 +276,23 @@ class MemberCheck:
         answers = np.empty(len(logit))
         for year in self.years:
             held = years == year
-            fitted = Calibrator.fit(method, logit[~held], self.labels[~held])
-            answers[held] = fitted.probabilities(logit[held])
+            rest = self.rows.filter(pl.Series(~held))
+            fitted = fit_calibrator(config, logit[~held], rest)
+            answers[held] = fitted.probabilities(logit[held], self.rows.filter(pl.Series(held)))
         return answers
+
+
+def fit_calibrator(config: TrainConfig, logit: np.ndarray, rows: pl.DataFrame) -> Calibrator:
+    """The recipe's map (`train.calibration`, shifting `train.calibration_shifts_by`) fitted on
+    the ensemble's `logit` of member `rows` and their labels."""
+    return Calibrator.fit(
+        config.calibration,
+        logit,
+        rows["label"].cast(pl.Float64).to_numpy(),
+        rows,
+        config.calibration_shifts_by,
+        config.calibration_shift_penalty,
+    )
 
 
 @dataclass(frozen=True)

@@ -106,7 +106,7 @@ class TrainReport:
             f"Judged as served: the test split's {self.rows['test']:,} attempts answered by the "
             f"recipe trained on the {self.rows['before test']:,} before them; the member check's "
             f"{self.rows['member check']:,} members of {years} by the recipe trained on the years "
-            f"before them (its map: {_describe(self.calibrator)}). Seeds "
+            f"before them (its map: {self.calibrator.describe()}). Seeds "
             f"{', '.join(map(str, self.seeds))}, epochs {', '.join(map(str, self.epochs))}. "
             f"Registered: the recipe trained on all {self.rows['refit']:,} attempts, through "
             f"{self.trained_through}."
@@ -144,12 +144,6 @@ class TrainReport:
                 f"model: {self.model_url}",
             ]
         )
-
-
-def _describe(calibrator: Calibrator) -> str:
-    if calibrator.method == "temperature":
-        return f"temperature, logits × {calibrator.scale:.3f}"
-    return calibrator.method
 
 
 @dataclass(frozen=True)
@@ -197,13 +191,14 @@ def train_and_register(
             guarded_epoch_log(settings.mlflow),
         )  # fmt: skip
         # The map the registered model carries, fitted once on the whole member check.
-        calibrator = trained.check.calibrator(settings.train.calibration)
+        calibrator = trained.check.calibrator(settings.train)
         evaluation = evaluate(
             HeldOut(data.split("test"), trained.test),
             trained.newest.results,
             trained.baselines,
             trained.check,
             calibrator,
+            settings.train,
             settings.backtest,
             context.run_dir,
         )

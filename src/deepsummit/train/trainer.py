@@ -150,9 +150,10 @@ def warmup_cosine(total_steps: int, warmup_fraction: float) -> Callable[[int], f
 
 def training_knobs(train_config: TrainConfig) -> dict[str, Any]:
     """The settings that change what training learns: not where files go, nor the device or
-    threads it runs on."""
+    threads it runs on, nor the map fitted after it."""
     return train_config.model_dump(
-        mode="json", exclude={*TrainConfig.OPERATIONAL, "device", "num_threads"}
+        mode="json",
+        exclude={*TrainConfig.OPERATIONAL, *TrainConfig.CALIBRATION, "device", "num_threads"},
     )
 
 
