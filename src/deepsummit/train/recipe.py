@@ -253,10 +253,6 @@ class MemberCheck:
     logits: np.ndarray  # every ensemble member's logit on them (members × rows)
     trainings: tuple[TrainingSummary, ...]
 
-    @property
-    def labels(self) -> np.ndarray:
-        return self.rows["label"].cast(pl.Float64).to_numpy()
-
     def epochs(self, config: TrainConfig) -> dict[int, int]:
         """Seed → the epochs the recipe trains: those this check kept, or the whole schedule
         for a recipe that keeps its last."""
