@@ -42,21 +42,20 @@ def _sigmoid(z: np.ndarray) -> np.ndarray:
 
 
 def _centred_indicators(
-    rows: pl.DataFrame | None, levels: list[tuple[str, str]], count: int
-) -> tuple[np.ndarray, dict[tuple[str, str], float]]:
-    """(rows, levels): each row's membership of the group `(family, group)` less the group's
-    share of the rows where the family is known, and zero where it is unknown; and the shares."""
-    if rows is None or not levels:
-        return np.zeros((count, 0)), {}
-    families = sorted({family for family, _ in levels})
+    rows: pl.DataFrame, families: tuple[str, ...]
+) -> tuple[list[tuple[str, str]], np.ndarray, np.ndarray]:
+    """The groups `(family, group)` of `families` that `rows` hold; each row's membership of
+    each, less the group's share of the rows where its family is known (zero where it is
+    unknown): (rows, groups); and the shares."""
     groups = rows.select(**{family: GROUP_FAMILIES[family] for family in families})
-    centred, shares = [], {}
-    for family, group in levels:
+    levels = [(f, g) for f in families for g in sorted(groups[f].drop_nulls().unique())]
+    centred, shares = np.zeros((rows.height, len(levels))), np.zeros(len(levels))
+    for column, (family, group) in enumerate(levels):
         known = groups[family].is_not_null().to_numpy()
         member = (groups[family] == group).fill_null(False).to_numpy()
-        shares[(family, group)] = float(member.sum() / max(known.sum(), 1))
-        centred.append((member - shares[(family, group)]) * known)
-    return np.stack(centred, 1), shares
+        shares[column] = member.sum() / known.sum()
+        centred[:, column] = (member - shares[column]) * known
+    return levels, centred, shares
 
 
 @dataclass(frozen=True)
@@ -101,12 +100,11 @@ class Calibrator:
                 values=[float(y) for y in iso.y_thresholds_],
             )
         levels: list[tuple[str, str]] = []
+        centred, shares = np.zeros((len(logits), 0)), np.zeros(0)
         if shifts_by:
             if rows is None:
                 raise ValueError(f"shifts by {', '.join(shifts_by)} need the rows' member columns")
-            present = rows.select(**{f: GROUP_FAMILIES[f] for f in shifts_by})
-            levels = [(f, g) for f in shifts_by for g in sorted(present[f].drop_nulls().unique())]
-        centred, shares = _centred_indicators(rows, levels, len(logits))
+            levels, centred, shares = _centred_indicators(rows, shifts_by)
         platt = method == "platt"
         own = [1.0, 0.0] if platt else [1.0]  # the map's own parameters, a (and b), at rest
         count = len(own)
@@ -122,20 +120,16 @@ class Calibrator:
             loss, np.r_[own, np.zeros(len(levels))], bounds=bounds + [(-5.0, 5.0)] * len(levels)
         )
         raw = result.x[count:]
+        family_of = np.array([family for family, _ in levels])
         # s_f[g] = raw_g − Σ_g' share_g' · raw_g' over the family's groups
-        centre = {
-            f: sum(shares[k] * v for k, v in zip(levels, raw, strict=True) if k[0] == f)
-            for f in shifts_by
-        }
+        shifts = raw - np.array([np.sum((shares * raw)[family_of == f]) for f in family_of])
         return cls(
             method,
             scale=float(result.x[0]),
             shift=float(result.x[1]) if platt else 0.0,
             group_shifts={
                 family: {
-                    g: float(v - centre[family])
-                    for (f, g), v in zip(levels, raw, strict=True)
-                    if f == family
+                    g: float(v) for (f, g), v in zip(levels, shifts, strict=True) if f == family
                 }
                 for family in shifts_by
             },
