@@ -71,6 +71,16 @@ def test_a_server_lost_mid_training_fails_in_one_line_and_the_rerun_resumes(
         for w in warnings
     )
     assert elapsed < 120  # MLflow's own retries alone waited about 4 minutes
+    # Nor are they tried when the run is marked FAILED on the server known gone (14 s more).
+    retried = [
+        r for r in caplog.records
+        if r.name == "urllib3.connectionpool" and r.threadName == "MainThread"
+    ]  # fmt: skip
+    assert retried == [], [r.getMessage() for r in retried]
+    assert any(
+        r.getMessage().endswith("could not be marked FAILED")
+        for r in caplog.records if r.levelno == logging.WARNING
+    )  # fmt: skip
     assert list(settings.train.checkpoint_dir.rglob("last.pt"))  # the epoch done is kept
 
     caplog.clear()

@@ -108,12 +108,32 @@ def training_run(tags: dict[str, str]) -> Iterator[ActiveRun]:
     try:
         yield run
     except BaseException:
-        try:
-            mlflow.end_run("FAILED")
-        except Exception:
-            logger.warning("MLflow run %s could not be marked FAILED", run.info.run_id)
+        _end_failed(run.info.run_id)
         raise
     mlflow.end_run()
+
+
+# Marking a run FAILED on a tracking server that does not answer: one short attempt, not
+# MLflow's retries (3 with doubling backoff: 14 s more before the stage says what it knows).
+_ONE_ATTEMPT = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "5"}
+
+
+def _end_failed(run_id: str) -> None:
+    """End the active run as FAILED, or say in one line that it could not be marked."""
+    answering = registry_reachable(mlflow.get_tracking_uri())
+    saved = {name: os.environ.get(name) for name in _ONE_ATTEMPT}
+    if not answering:
+        os.environ.update(_ONE_ATTEMPT)  # MLflow reads them at each request
+    try:
+        mlflow.end_run("FAILED")
+    except Exception:
+        logger.warning("MLflow run %s could not be marked FAILED", run_id)
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def guarded_epoch_log(config: MlflowConfig) -> Callable[[EpochRecord, str], None]:
