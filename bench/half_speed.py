@@ -46,8 +46,8 @@ def main() -> None:
             loop.kill()
     wall = time.monotonic() - started
     print(
-        f"{' '.join(command)}: {int(wall // 60)} min {wall % 60:.0f} s beside {len(loops)} "
-        f"busy loops (one per core), exit code {code}"
+        f"{' '.join(command)}: {wall:.1f} s ({int(wall // 60)} min {wall % 60:.0f} s) beside "
+        f"{len(loops)} busy loops (one per core), exit code {code}"
     )
     sys.exit(code)
 
