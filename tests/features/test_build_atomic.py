@@ -5,10 +5,11 @@ completes."""
 from __future__ import annotations
 
 import itertools
+import multiprocessing
 import os
 import signal
-import subprocess
-import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import duckdb
@@ -16,11 +17,11 @@ import features_tables
 import pytest
 from features_tables import settings_for
 
-import deepsummit
 from deepsummit.contracts.snapshot import PREPROCESSING_FILE, SPLITS, load_features
 from deepsummit.core.context import RunContext
 from deepsummit.core.errors import PipelineError
 from deepsummit.core.warehouse import frame_digest
+from deepsummit.features import stage
 from deepsummit.features.stage import build_features
 from deepsummit.features.tabular import HISTORY_TABLES
 
@@ -35,64 +36,57 @@ BUILD_TABLES = (
     "features",
 )
 
-# The features stage in a process that SIGKILLs itself before the build's statement number
-# argv[3] (each statement of a multi-statement file counts, and the commit), through a wrapper
-# of the stage's warehouse connection. Past the last statement it builds to the end.
-KILLED_BUILD = """
-import os, signal, sys
-from contextlib import contextmanager
-from pathlib import Path
-
-import duckdb
-from features_tables import settings_for
-
-from deepsummit.core.context import RunContext
-from deepsummit.core.errors import PipelineError
-from deepsummit.features import stage
-
-tmp, warehouse, kill_at = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
-
 
 class KilledAtStatement:
-    def __init__(self, con):
+    """The stage's warehouse connection, whose process SIGKILLs itself before statement number
+    `kill_at` (each statement of a multi-statement file counts, and the commit)."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, kill_at: int) -> None:
         self._con = con
+        self._kill_at = kill_at
         self._statements = 0
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> object:
         return getattr(self._con, name)
 
-    def _next(self):
+    def _next(self) -> None:
         self._statements += 1
-        if self._statements == kill_at:
+        if self._statements == self._kill_at:
             os.kill(os.getpid(), signal.SIGKILL)
 
-    def execute(self, text, params=None):
+    def execute(self, text: str, params: dict | None = None) -> KilledAtStatement:
         for statement in duckdb.extract_statements(text):
             self._next()
             self._con.execute(statement, {k: params[k] for k in statement.named_parameters})
         return self
 
-    def sql(self, text, params=None):
+    def sql(self, text: str, params: dict | None = None) -> duckdb.DuckDBPyRelation:
         self._next()
         return self._con.sql(text, params=params)
 
-    def commit(self):
+    def commit(self) -> duckdb.DuckDBPyConnection:
         self._next()
         return self._con.commit()
 
 
-connect = stage.connect
+def killed_build(tmp: Path, warehouse: Path, kill_at: int) -> None:
+    """The features stage, in a process of its own, through a connection killing that process
+    before statement number `kill_at`; past the last statement it builds to the end."""
+    connect = stage.connect
+
+    @contextmanager
+    def killing_connect(*args: object, **kwargs: object) -> Iterator[KilledAtStatement]:
+        with connect(*args, **kwargs) as con:
+            yield KilledAtStatement(con, kill_at)
+
+    stage.connect = killing_connect
+    stage.build_features(settings_for(tmp, warehouse), RunContext(tmp / "run"))
 
 
-@contextmanager
-def killing_connect(*args, **kwargs):
-    with connect(*args, **kwargs) as con:
-        yield KilledAtStatement(con)
-
-
-stage.connect = killing_connect
-stage.build_features(settings_for(tmp, warehouse), RunContext(tmp / "run"))
-"""
+# Each killed build is a child of one forkserver that imported the stage once (a fresh
+# interpreter per build spent most of its second importing it).
+BUILDS = multiprocessing.get_context("forkserver")
+BUILDS.set_forkserver_preload([features_tables.__name__, stage.__name__])
 
 # The next build's records: every table of the build changes (routes and outcomes of the recent
 # years, a push day a day later, dates lost, climber ids, agencies, peak heights).
@@ -114,12 +108,11 @@ def table_digests(warehouse: Path) -> dict[str, str]:
 
 def build_killed_at(statement: int, tmp_path: Path, warehouse: Path) -> int:
     """The exit status of a build process killed before its statement number `statement`."""
-    search_path = [Path(features_tables.__file__).parent, Path(deepsummit.__file__).parents[1]]
-    environment = os.environ | {"PYTHONPATH": os.pathsep.join(map(str, search_path))}
-    command = [sys.executable, "-c", KILLED_BUILD, str(tmp_path), str(warehouse), str(statement)]
-    finished = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=300)
-    assert finished.returncode in (0, -signal.SIGKILL), finished.stderr
-    return finished.returncode
+    build = BUILDS.Process(target=killed_build, args=(tmp_path, warehouse, statement))
+    build.start()
+    build.join(timeout=300)
+    assert build.exitcode in (0, -signal.SIGKILL), f"the build exited {build.exitcode}"
+    return build.exitcode
 
 
 def test_a_build_killed_at_any_statement_leaves_one_generation(
