@@ -31,7 +31,8 @@ def _busy(core: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the command, after --")
-    command = [arg for arg in parser.parse_args().command if arg != "--"] or ["make", "test"]
+    command = parser.parse_args().command
+    command = (command[1:] if command[:1] == ["--"] else command) or ["make", "test"]
     loops = [
         multiprocessing.Process(target=_busy, args=(core,), daemon=True)
         for core in sorted(os.sched_getaffinity(0))

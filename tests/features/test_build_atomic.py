@@ -111,6 +111,9 @@ def build_killed_at(statement: int, tmp_path: Path, warehouse: Path) -> int:
     build = BUILDS.Process(target=killed_build, args=(tmp_path, warehouse, statement))
     build.start()
     build.join(timeout=300)
+    if build.is_alive():  # never left running past the test, as subprocess.run's timeout ensured
+        build.kill()
+        build.join()
     assert build.exitcode in (0, -signal.SIGKILL), f"the build exited {build.exitcode}"
     return build.exitcode
 
