@@ -1,9 +1,13 @@
 """Wall time of whole `deepsummit predict` processes, from start to exit, against the configured
 services and champion (`deepsummit up` and `make train` first), beside the same command of
-another commit:
+another commit, or beside the same command answering in its own process:
 
     git worktree add --detach /tmp/deepsummit-0ab03f4 0ab03f4
     .venv/bin/python bench/predict_latency.py --baseline /tmp/deepsummit-0ab03f4 [--runs 7]
+    .venv/bin/python bench/predict_latency.py --in-process
+
+While `deepsummit up` runs the scorer, this checkout's command is answered by it; `--in-process`
+adds the same command with `DEEPSUMMIT_SERVICES__SCORER=false`, which answers itself.
 
 The baseline runs with this venv's Python, that checkout's src/ first on the path and this
 checkout as the project folder (DEEPSUMMIT_PROJECT_DIR), so both commands read the same
@@ -49,9 +53,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--baseline", type=Path, help="a checkout of the commit to compare with")
+    parser.add_argument(
+        "--in-process", action="store_true", help="also the command answering without the scorer"
+    )
     args = parser.parse_args()
     command = [sys.executable, "-m", "deepsummit.cli.app", *ATTEMPT]
     commands = {"this checkout": (command, dict(os.environ))}
+    if args.in_process:
+        alone = {**os.environ, "DEEPSUMMIT_SERVICES__SCORER": "false"}
+        commands["this checkout, in process (services.scorer = false)"] = (command, alone)
     if args.baseline:
         baseline_env = {
             **os.environ,
@@ -74,9 +84,11 @@ def main() -> None:
         print(
             f"| {name} | {min(values):.2f} | {statistics.median(values):.2f} | {max(values):.2f} |"
         )
-    if args.baseline:
-        new, old = (statistics.median(values) for values in seconds.values())
-        print(f"\nmedian ratio this / baseline: {new / old:.2f}")
+    if len(seconds) > 1:
+        first, *others = seconds.items()
+        for name, values in others:
+            ratio = statistics.median(first[1]) / statistics.median(values)
+            print(f"\nmedian ratio {first[0]} / {name}: {ratio:.2f}")
 
 
 if __name__ == "__main__":

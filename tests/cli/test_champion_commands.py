@@ -10,6 +10,8 @@ import json
 import os
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,8 @@ from flows_fixtures import as_environment, isolated_paths
 from services_fixtures import STARTUP_TIMEOUT_S, free_port
 from training_fixtures import TrainedRegistry
 
-from deepsummit.core.config import load_settings
+from deepsummit.cli.exit_codes import ExitCode
+from deepsummit.core.config import deep_merge, load_settings
 from deepsummit.core.sections import PROJECT_ROOT
 from deepsummit.serve.predict import predict_attempt
 from deepsummit.services import health
@@ -74,6 +77,7 @@ def cli(
     *args: str,
     python: tuple[str, ...] = (),
     program: tuple[str, ...] = ("-m", "deepsummit.cli.app"),
+    exit_code: int = 0,
 ) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "DEEPSUMMIT_"))}
     result = subprocess.run(
@@ -84,8 +88,17 @@ def cli(
         text=True,
         timeout=600,
     )
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.returncode == exit_code, result.stderr[-3000:]
     return result
+
+
+def imported_modules(importtime_stderr: str) -> set[str]:
+    """The modules a process ran with `-X importtime` imported, from its stderr."""
+    return {
+        line.rsplit("|", 1)[-1].strip()
+        for line in importtime_stderr.splitlines()
+        if line.startswith("import time:")
+    }
 
 
 def test_predict_json_is_the_prediction_and_a_second_call_imports_no_mlflow_nor_pandas(
@@ -105,15 +118,84 @@ def test_predict_json_is_the_prediction_and_a_second_call_imports_no_mlflow_nor_
         python=("-X", "importtime"),
     )
     assert json.loads(second.stdout) == document
-    imported = {
-        line.rsplit("|", 1)[-1].strip()
-        for line in second.stderr.splitlines()
-        if line.startswith("import time:")
-    }
+    imported = imported_modules(second.stderr)
     assert "torch" in imported  # the network runs in the process
     # pandas neither: no part of the answer, and a quarter of a second of its start.
     unused = ("mlflow", "prefect", "pandas")
     assert not [name for name in imported if name.split(".")[0] in unused]
+
+
+@pytest.fixture
+def with_scorer(overrides: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The overrides of a user whose `deepsummit up` started the scorer, and that scorer, started
+    as `up` starts it."""
+    scoring = deep_merge(overrides, {"services": {"scorer": True, "scorer_port": free_port()}})
+    settings = load_settings(overrides=scoring)
+    env = as_environment(scoring)
+    try:
+        services._ensure_process(
+            settings, services.SCORER, services._scorer_command(settings), env,
+            health.scorer_healthy, STARTUP_TIMEOUT_S,
+        )  # fmt: skip
+        yield scoring
+    finally:
+        services.stop_process(settings, services.SCORER)
+
+
+def test_a_running_scorer_answers_predict_and_the_command_imports_no_torch(
+    overrides: dict[str, Any], with_scorer: dict[str, Any]
+) -> None:
+    scorer_log = services.log_file(load_settings(overrides=with_scorer), services.SCORER)
+    asked = cli(
+        with_scorer,
+        *("predict", *EVEREST_OPTIONS, "--nationality", "USA", "--json"),
+        python=("-X", "importtime"),
+    )
+    assert scorer_log.read_text().count('"POST /predict HTTP/1.1" 200') == 1
+    document = json.loads(asked.stdout)
+    expected = predict_attempt(load_settings(overrides=overrides), EVEREST)
+    assert document["probability"] == pytest.approx(expected.probability, abs=1e-12)
+    assert document["by_member"] == pytest.approx(expected.by_member, abs=1e-12)
+    assert document["top_tokens"] == [t.strip() for t in expected.top_tokens.split(";")]
+    assert document["least_sure"] == expected.least_sure
+    assert document["attempt"] == {**EVEREST, "push_date": "2019-05-20", "season": "Spring"}
+    assert document["model_version"] == "1" and document["weather_used"] is True
+    heavy = ("torch", "polars", "duckdb", "numpy", "mlflow")
+    assert not [name for name in imported_modules(asked.stderr) if name.split(".")[0] in heavy]
+
+    # Bad input: the scorer's line, with the command's own exit code.
+    refused = cli(
+        with_scorer,
+        *("predict", *EVEREST_OPTIONS, "--nationality", "Atlantis"),
+        exit_code=ExitCode.BAD_INPUT,
+    )
+    assert (
+        refused.stderr.strip()
+        .splitlines()[-1]
+        .startswith("error: unknown nationality 'Atlantis': no member of the records")
+    )
+    assert '"POST /predict HTTP/1.1" 422' in scorer_log.read_text()
+
+    # Other settings than the scorer's: it declines, and the command answers itself.
+    other = deep_merge(with_scorer, {"services": {"worker_query_s": 2.0}})
+    itself = cli(other, "predict", *EVEREST_OPTIONS, "--nationality", "USA", "--json")
+    assert '"POST /predict HTTP/1.1" 409' in scorer_log.read_text()
+    assert json.loads(itself.stdout) == document
+
+
+def test_the_scorer_refuses_a_request_naming_another_host_or_not_json(
+    with_scorer: dict[str, Any],
+) -> None:
+    """What a web page could send to 127.0.0.1 (a DNS-rebinding site, a form) gets no answer."""
+    url = load_settings(overrides=with_scorer).services.scorer_url
+    rebound = urllib.request.Request(f"{url}/health", headers={"Host": "evil.example:80"})
+    form = urllib.request.Request(
+        f"{url}/predict", data=b'{"planned": {}}', headers={"Content-Type": "text/plain"}
+    )
+    for request, status in ((rebound, 403), (form, 415)):
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=STARTUP_TIMEOUT_S)
+        assert refused.value.code == status
 
 
 IN_PROCESS = """

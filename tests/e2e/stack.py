@@ -36,7 +36,9 @@ class Stack:
         on_postgres = (extra or {}).get("services", {}).get("database") == "postgresql"
         overrides = isolated_paths(root, prefect_sqlite=not on_postgres)
         overrides["paths"]["data_dir"] = str(write_bundle_slice(root / "data"))
-        overrides["services"].update(prefect_port=free_port(), mlflow_port=free_port())
+        overrides["services"].update(
+            prefect_port=free_port(), mlflow_port=free_port(), scorer_port=free_port()
+        )
         mlflow_url = f"http://127.0.0.1:{overrides['services']['mlflow_port']}"
         overrides["mlflow"] = {"tracking_uri": mlflow_url}
         overrides = deep_merge(overrides, extra or {})

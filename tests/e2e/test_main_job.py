@@ -73,7 +73,7 @@ def _session_processes(root: Path) -> list[int]:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    stack = Stack(tmp_path_factory.mktemp("e2e"))
+    stack = Stack(tmp_path_factory.mktemp("e2e"), {"services": {"scorer": True}})
     started = time.monotonic()
     try:
         stack.up()
@@ -104,7 +104,7 @@ def first_run(runs: tuple[str, str]) -> str:
 def test_up_is_idempotent(stack: Stack) -> None:
     before = {s.name: s.pid for s in services.status(stack.settings)}
     output = stack.cli("up")
-    assert output.count("already running") == 3, output
+    assert output.count("already running") == 4, output
     assert {s.name: s.pid for s in services.status(stack.settings)} == before
     assert all(s.healthy for s in services.status(stack.settings))
 
@@ -273,7 +273,10 @@ def test_a_stage_command_runs_as_a_flow_on_the_local_server(stack: Stack, first_
 
 
 def test_predict_scores_a_planned_attempt_with_the_champion(stack: Stack, first_run: str) -> None:
+    """Answered by the scorer `up` started, bad input too."""
+    scorer_log = services.log_file(stack.settings, services.SCORER)
     output = stack.cli("predict", "--peak", "KANG", "--push-date", "2015-05-10", "--age", "35")
+    assert scorer_log.read_text().count('"POST /predict HTTP/1.1" 200') == 1
     match = re.search(r"P\(summit\) = (0\.\d+|1\.0+) \(band [^)]+\) for KANG on 2015-05-10", output)
     assert match, output
     assert "deepsummit@champion" in output
@@ -285,6 +288,7 @@ def test_predict_scores_a_planned_attempt_with_the_champion(stack: Stack, first_
     )  # fmt: skip
     assert result.returncode == ExitCode.BAD_INPUT
     assert result.stderr.strip().splitlines()[-1] == "error: age 300: not in 1..100"
+    assert '"POST /predict HTTP/1.1" 422' in scorer_log.read_text()
 
 
 def test_a_stage_command_fails_with_one_line_on_bad_input(stack: Stack, tmp_path: Path) -> None:
@@ -379,10 +383,10 @@ def test_the_outlook_command_prints_each_member_and_the_team(
 
 def test_down_leaves_no_process_behind(stack: Stack, first_run: str) -> None:
     pids = [s.pid for s in services.status(stack.settings) if s.running]
-    assert len(pids) == 3
+    assert len(pids) == 4
     assert _session_processes(stack.root)
     output = stack.cli("down")
-    assert output.count(": stopped") == 3, output
+    assert output.count(": stopped") == 4, output
     time.sleep(1)
     assert not _session_processes(stack.root)
     assert all(_gone(pid) for pid in pids)

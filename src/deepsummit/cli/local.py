@@ -31,8 +31,9 @@ from deepsummit.services import supervisor as services
 
 @command()
 def up(profile: Profile = None) -> None:
-    """Start the local Prefect server, MLflow server and worker (what runs already is kept),
-    create the work pool and apply the deployments of prefect.yaml."""
+    """Start the local Prefect server, MLflow server, worker and the scorer that answers
+    `predict` (what runs already is kept), create the work pool and apply the deployments of
+    prefect.yaml."""
     settings = settings_for(profile, RunOptions())
     for line in services.up(settings):
         typer.echo(line)

@@ -42,13 +42,18 @@ def predict(
     tracking_uri: TrackingUri = None,
     as_json: AsJson = False,
 ) -> None:
-    """Score a planned attempt with the champion model (weather from the warehouse)."""
+    """Score a planned attempt with the champion model (weather from the warehouse); answered
+    by the scorer `deepsummit up` started when it runs with these settings."""
     settings = settings_for(profile, run_options(locals()))
     require_tracking(settings.mlflow)
-    from deepsummit.serve.predict import predict_attempt
+    from deepsummit.serve.scorer_client import ask_scorer
 
     with stdout_for_json_only(as_json):
-        prediction = predict_attempt(settings, planned)
+        prediction = ask_scorer(settings, planned)
+        if prediction is None:
+            from deepsummit.serve.predict import predict_attempt
+
+            prediction = predict_attempt(settings, planned)
     if as_json:
         print_json(prediction.as_dict())
     else:

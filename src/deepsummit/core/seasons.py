@@ -9,8 +9,10 @@ this one.
 from __future__ import annotations
 
 import datetime as dt
+from typing import TYPE_CHECKING
 
-import polars as pl
+if TYPE_CHECKING:
+    import polars as pl
 
 SEASONS: tuple[str, ...] = ("Spring", "Summer", "Autumn", "Winter")
 POSITION: dict[str, int] = {season: position for position, season in enumerate(SEASONS)}
@@ -35,16 +37,22 @@ def expedition_year(season: str, day: dt.date) -> int:
 
 def season_rank(year: pl.Expr, season: pl.Expr) -> pl.Expr:
     """year × 4 + the season's position: one number that orders seasons in time."""
+    import polars as pl  # here, as below: the settings import this module, not every command Polars
+
     return year * len(SEASONS) + season.replace_strict(POSITION, return_dtype=pl.Int64)
 
 
 def season_name(year: pl.Expr, season: pl.Expr) -> pl.Expr:
     """ "2016 Spring": how every report names a season."""
+    import polars as pl
+
     return pl.format("{} {}", year, season)
 
 
 def newest_season_rows(rows: pl.DataFrame) -> tuple[pl.DataFrame, str]:
     """The rows of the newest season among `rows` (columns year, season), and its name."""
+    import polars as pl
+
     rank = season_rank(pl.col("year"), pl.col("season"))
     newest = rows.filter(rank == rows.select(rank.max()).item())
     return newest, f"{newest['year'][0]} {newest['season'][0]}"

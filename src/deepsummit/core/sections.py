@@ -422,6 +422,10 @@ class ServicesConfig(Section):
     # as in production.
     database: Literal["sqlite", "postgresql"] = "sqlite"
     postgres_port: int = 5442  # not 5432, where a packaged cluster of the host may listen
+    # `up` also starts the scorer: a process that keeps PyTorch and the champion loaded and
+    # answers `deepsummit predict` (deepsummit/serve/scorer.py), which then imports neither.
+    scorer: bool = True
+    scorer_port: int = 5010
 
     @property
     def prefect_api_url(self) -> str:
@@ -430,6 +434,10 @@ class ServicesConfig(Section):
     @property
     def mlflow_url(self) -> str:
         return f"http://{self.host}:{self.mlflow_port}"
+
+    @property
+    def scorer_url(self) -> str:
+        return f"http://{self.host}:{self.scorer_port}"
 
 
 class AlertsConfig(Section):

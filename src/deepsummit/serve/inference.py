@@ -52,13 +52,6 @@ def predict_logits(
     return out.T
 
 
-# What the band beside every answer is, in the words the CLI and the outlook print.
-BAND_MEANING = (
-    "the lowest and highest P of the model's ensemble members: how far they disagree, not a "
-    "confidence interval"
-)
-
-
 def member_logits(
     networks: Sequence[nn.Module],
     inputs: dict[str, np.ndarray],

@@ -34,8 +34,8 @@ from deepsummit.core.sections import OutlookConfig, TeamMember
 from deepsummit.core.warehouse import connect, registered, run
 from deepsummit.drift.comparison import DriftReport
 from deepsummit.drift.monitor import weather_drift
-from deepsummit.serve.inference import BAND_MEANING
 from deepsummit.serve.planned import parse_planned
+from deepsummit.serve.prediction import BAND_MEANING
 from deepsummit.serve.scoring import planned_features
 from deepsummit.weather.forecast import (
     issued_at,

@@ -16,9 +16,10 @@ deepsummit/contracts/member_groups.py).
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import duckdb
@@ -27,6 +28,7 @@ import polars as pl
 from deepsummit.contracts.artifact import ModelArtifact
 from deepsummit.contracts.champion import (
     ARTIFACT_PATH,
+    TAG_FILES_DIGEST,
     TAG_WEATHER_SOURCE,
     champion_version,
     verified_copy,
@@ -35,10 +37,11 @@ from deepsummit.contracts.member_groups import AGE_BAND_STARTS, member_groups
 from deepsummit.core.config import Settings
 from deepsummit.core.errors import BadInput
 from deepsummit.core.inputs import WEATHER_VARIABLES, WINDOW_DAYS
-from deepsummit.core.planned import planned_record, season_of, today
+from deepsummit.core.planned import planned_record, today
 from deepsummit.core.warehouse import connect, query
-from deepsummit.serve.inference import BAND_MEANING, torch_threads
+from deepsummit.serve.inference import torch_threads
 from deepsummit.serve.planned import parse_planned
+from deepsummit.serve.prediction import Prediction
 from deepsummit.serve.scoring import score
 
 TOP_TOKENS = 5
@@ -47,71 +50,6 @@ LEAST_SURE = 2  # the member's groups named where the model was least sure
 # second thread, and on a busy machine each forward pass waited for it (0.2 s a pass on two
 # shared cores, 2 ms with one thread; the answers are the same to the last bit).
 FORWARD_THREADS = 1
-
-
-@dataclass(frozen=True)
-class Prediction:
-    probability: float
-    low: float
-    high: float
-    top_tokens: str
-    notes: str
-    weather_used: bool
-    model_uri: str
-    model_version: str
-    weather_source: str
-    attempt: Mapping[str, Any]  # the planned attempt as stated (deepsummit/core/planned.py)
-    # P of the same attempt with one of the member's own inputs changed: "age 60" → P
-    by_member: dict[str, float]
-    # The member's groups where the held-out member check found the answer furthest from the
-    # summit rate: group, members, observed rate, mean P and the gap's interval.
-    least_sure: list[dict[str, Any]]
-
-    def render(self) -> str:
-        a = self.attempt
-        lines = [
-            f"P(summit) = {self.probability:.3f} (band {self.low:.3f}–{self.high:.3f}) for "
-            f"{a['peak']} on {a['push_date']} ({season_of(a)}), model {self.model_uri} "
-            f"(v{self.model_version}, "
-            + (
-                f"weather {self.weather_source})"
-                if self.weather_used
-                else "without weather: the weather took no part)"
-            ),
-            f"band: {BAND_MEANING}",
-            "tokens that weighed most (attention rollout from CLS):",
-            *(f"  {token}" for token in _listed(self.top_tokens)),
-            "the same attempt with the member changed: "
-            + " · ".join(f"{change} {p:.3f}" for change, p in self.by_member.items()),
-            *self._least_sure_lines(),
-        ]
-        lines += [f"note: {note}" for note in _listed(self.notes)]
-        return "\n".join(lines)
-
-    def _least_sure_lines(self) -> list[str]:
-        if not self.least_sure:
-            return ["least sure: this version keeps no held-out judgement of member groups"]
-        return ["where the model was least sure for this member (held-out members):"] + [
-            f"  {g['family']} {g['group']}: mean P {g['mean_probability']:.3f} against "
-            f"{g['observed']:.3f} summited, gap {g['gap']:+.3f} [{g['gap_low']:+.3f}, "
-            f"{g['gap_high']:+.3f}] over {g['members']:,} members"
-            for g in self.least_sure
-        ]
-
-    def as_dict(self) -> dict[str, Any]:
-        """The prediction as one JSON document (`deepsummit predict --json`): the notes and the
-        tokens as lists, the attempt with its season."""
-        return {
-            **asdict(self),
-            "top_tokens": _listed(self.top_tokens),
-            "notes": _listed(self.notes),
-            "attempt": {**self.attempt, "season": season_of(self.attempt)},
-        }
-
-
-def _listed(joined: str) -> list[str]:
-    """The items of an answer's "; "-joined column (its notes, its top tokens)."""
-    return [item.strip() for item in joined.split(";") if item.strip()]
 
 
 def check_known(
@@ -185,7 +123,7 @@ def predict_attempt(settings: Settings, planned: Mapping[str, Any]) -> Predictio
     source = champion.tags.get(TAG_WEATHER_SOURCE, settings.weather.source)
     weather, why_absent = push_weather(settings, planned, source, sources)
     local = verified_copy(settings.mlflow.tracking_uri, champion, settings.mlflow.model_cache_dir)
-    artifact = ModelArtifact.load(local / ARTIFACT_PATH)
+    artifact = loaded_artifact(local / ARTIFACT_PATH, champion.tags[TAG_FILES_DIGEST])
 
     # The member and each change of the member in one request (the features built once), each
     # row a forward pass of its own: every answer is, to the last bit, the registered model's to
@@ -215,6 +153,14 @@ def predict_attempt(settings: Settings, planned: Mapping[str, Any]) -> Predictio
         },
         least_sure=least_sure(artifact, record),
     )
+
+
+@functools.lru_cache(maxsize=2)
+def loaded_artifact(folder: Path, files_digest: str) -> ModelArtifact:
+    """The artifact in `folder`, loaded once per process for files of one digest: the scorer
+    answers every call from the version it loaded (a new champion, or files verified again
+    with another digest, are loaded anew), and a `predict` process loads it once."""
+    return ModelArtifact.load(folder)
 
 
 def push_weather(

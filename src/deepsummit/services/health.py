@@ -48,6 +48,10 @@ def mlflow_healthy(settings: Settings) -> bool:
     return http_ok(f"{settings.services.mlflow_url}/health")
 
 
+def scorer_healthy(settings: Settings) -> bool:
+    return http_ok(f"{settings.services.scorer_url}/health")
+
+
 def worker_healthy(settings: Settings) -> bool:
     """The server lists our worker as ONLINE in the work pool (its heartbeats are recent)."""
     path = f"/work_pools/{settings.services.work_pool}/workers/filter"

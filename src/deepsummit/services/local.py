@@ -17,7 +17,8 @@ from deepsummit.services.prefect_api import PrefectApi
 PREFECT_SERVER = "prefect-server"
 MLFLOW_SERVER = "mlflow-server"
 WORKER = "worker"
-SERVICE_NAMES = (PREFECT_SERVER, MLFLOW_SERVER, WORKER)
+SCORER = "scorer"
+SERVICE_NAMES = (PREFECT_SERVER, MLFLOW_SERVER, WORKER)  # and the scorer where it is on
 
 PROCESS_JOB_TEMPLATE = PROJECT_ROOT / "deployments" / "process-job-template.json"
 PREFECT_YAML = PROJECT_ROOT / "prefect.yaml"

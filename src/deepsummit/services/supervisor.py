@@ -1,4 +1,5 @@
-"""The local services: a Prefect server, an MLflow server and a Prefect worker, as processes.
+"""The local services: a Prefect server, an MLflow server, a Prefect worker and the scorer
+(deepsummit/serve/scorer.py), as processes.
 
 Plain subprocess management (Prefect is imported only by `up`, for the alerts automation of
 deepsummit/services/alerts.py; the rest talks to the server over HTTP): each service is started in
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import urllib.error
 from collections.abc import Callable
 from typing import Any
@@ -32,6 +34,7 @@ from deepsummit.services.health import (
     mlflow_healthy,
     port_in_use,
     prefect_healthy,
+    scorer_healthy,
     wait_healthy,
     worker_healthy,
 )
@@ -40,6 +43,7 @@ from deepsummit.services.local import (
     PREFECT_SERVER,
     PREFECT_YAML,
     PROCESS_JOB_TEMPLATE,
+    SCORER,
     SERVICE_NAMES,
     WORKER,
     WORKER_NAME,
@@ -93,6 +97,10 @@ def _worker_command(settings: Settings) -> list[str]:
         bin_path("prefect"), "worker", "start",
         "--pool", settings.services.work_pool, "--type", "process", "--name", WORKER_NAME,
     ]  # fmt: skip
+
+
+def _scorer_command(settings: Settings) -> list[str]:
+    return [sys.executable, "-m", "deepsummit.serve.scorer", "--profile", settings.profile]
 
 
 def _server_env(settings: Settings) -> dict[str, str]:
@@ -152,7 +160,7 @@ def _check_port(settings: Settings, name: str, port: int) -> None:
         raise ServiceError(
             f"{name}: port {settings.services.host}:{port} is taken by a process that"
             " `deepsummit up` did not start; stop it or set another port in deepsummit.toml"
-            " (services.prefect_port / services.mlflow_port)"
+            " (services.prefect_port / mlflow_port / scorer_port)"
         )
 
 
@@ -165,10 +173,18 @@ def _ensure_process(
     timeout_s: float,
 ) -> bool:
     """Start `name` unless its recorded process is alive; wait until healthy. True if started."""
+    started = _start_unless_running(settings, name, command, env)
+    wait_healthy(settings, name, check, timeout_s)
+    return started
+
+
+def _start_unless_running(
+    settings: Settings, name: str, command: list[str], env: dict[str, str]
+) -> bool:
+    """Start `name` unless its recorded process is alive. True if started."""
     started = recorded_pid(settings, name) is None
     if started:
         start_process(settings, name, command, env)
-    wait_healthy(settings, name, check, timeout_s)
     return started
 
 
@@ -230,8 +246,8 @@ def deploy(settings: Settings) -> list[str]:
 
 
 def up(settings: Settings, timeout_s: float = 120.0) -> list[str]:
-    """Bring the servers and the worker up (what runs already is kept) and apply the alerts
-    setting; lines of what was done."""
+    """Bring the servers, the worker and the scorer up (what runs already is kept) and apply
+    the alerts setting; lines of what was done."""
     settings.services.run_dir.mkdir(parents=True, exist_ok=True)
     settings.paths.var_dir.mkdir(parents=True, exist_ok=True)
     svc = settings.services
@@ -240,10 +256,17 @@ def up(settings: Settings, timeout_s: float = 120.0) -> list[str]:
     for name in service_names(settings):
         if leftovers(settings, name):
             done.append(f"{name}: {stop_process(settings, name)}")
-    # Both ports first: a taken one stops `up` before it starts anything.
+    # The ports first: a taken one stops `up` before it starts anything.
     _check_port(settings, PREFECT_SERVER, svc.prefect_port)
     _check_port(settings, MLFLOW_SERVER, svc.mlflow_port)
+    if svc.scorer:
+        _check_port(settings, SCORER, svc.scorer_port)
     ensure_prefect_auth(settings)
+    # The scorer first and waited for last: its start (importing PyTorch, 2 s of CPU) runs
+    # beside the servers' rather than after them.
+    scorer_started = svc.scorer and _start_unless_running(
+        settings, SCORER, _scorer_command(settings), {}
+    )
     if svc.database == "postgresql":
         _check_port(settings, postgres.POSTGRES, svc.postgres_port)
         postgres.prepare(settings)
@@ -271,15 +294,19 @@ def up(settings: Settings, timeout_s: float = 120.0) -> list[str]:
         settings, WORKER, _worker_command(settings), worker_env(settings), worker_healthy, timeout_s
     )
     done.append(f"{WORKER}: {'started' if started else 'already running'}")
+    if svc.scorer:
+        wait_healthy(settings, SCORER, scorer_healthy, timeout_s)
+        done.append(f"{SCORER}: {'started' if scorer_started else 'already running'}")
     done.append(alerts.apply(settings, prefect_api(settings)))
     return done
 
 
 def service_names(settings: Settings) -> tuple[str, ...]:
-    """The services `up` starts, in order: PostgreSQL first where the servers use it."""
-    if settings.services.database == "postgresql":
-        return (postgres.POSTGRES, *SERVICE_NAMES)
-    return SERVICE_NAMES
+    """The services `up` starts, in order: PostgreSQL first where the servers use it, the
+    scorer last where it is on."""
+    first = (postgres.POSTGRES,) if settings.services.database == "postgresql" else ()
+    last = (SCORER,) if settings.services.scorer else ()
+    return (*first, *SERVICE_NAMES, *last)
 
 
 def down(settings: Settings, grace_s: float = 10.0) -> list[str]:
@@ -301,6 +328,7 @@ def status(settings: Settings) -> list[ServiceStatus]:
         PREFECT_SERVER: (svc.prefect_api_url.removesuffix("/api"), prefect_healthy),
         MLFLOW_SERVER: (svc.mlflow_url, mlflow_healthy),
         WORKER: (f"work pool {svc.work_pool!r}", worker_healthy),
+        SCORER: (svc.scorer_url, scorer_healthy),
         postgres.POSTGRES: (f"postgresql://{svc.host}:{svc.postgres_port}", postgres.healthy),
     }
     statuses = []

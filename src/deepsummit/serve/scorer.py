@@ -1,0 +1,126 @@
+"""The scorer: `deepsummit predict` answered by a process that stays up.
+
+`deepsummit up` starts it (`services.scorer`, on `services.scorer_port`). It imports PyTorch and
+the scoring code once and keeps the champion's artifact loaded, one per version
+(`loaded_artifact`). Every request is answered by `predict_attempt`, the function a `predict`
+process runs alone, so the answer is the same to the last bit; the champion is looked up on
+every request, so a new champion answers from the next request on. The command line asking it
+(deepsummit/serve/scorer_client.py) imports neither PyTorch nor the scoring code, which were
+most of its time.
+
+    POST /predict  {"settings": digest, "planned": {...}}
+        200 the prediction's fields (deepsummit/serve/prediction.py)
+        422 {"error"}: bad input, the line a `predict` process would print
+        409: a digest of other settings than the scorer's: the asker answers itself
+        503 {"error"}: a pipeline error (no champion, the registry down): the asker answers
+            itself, and so fails with that error's own exit code
+    GET /health    200
+
+It listens on the local host only and answers reads only; yet a browser reaches 127.0.0.1 too,
+so a request must name the scorer's own address as its Host (no DNS rebinding), and a POST must
+be JSON, which a web page cannot send without a CORS preflight that is never allowed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from typing import Any
+
+from deepsummit.core.config import Settings, load_settings
+from deepsummit.core.errors import BadInput, PipelineError
+from deepsummit.serve.predict import predict_attempt
+from deepsummit.serve.scorer_client import (
+    BAD_INPUT_STATUS,
+    HEALTH_PATH,
+    OTHER_SETTINGS_STATUS,
+    PREDICT_PATH,
+    planned_from_json,
+    settings_digest,
+)
+
+log = logging.getLogger(__name__)
+
+
+class Scorer(HTTPServer):
+    """One request at a time: a request takes milliseconds, and one PyTorch thread."""
+
+    def __init__(self, settings: Settings) -> None:
+        svc = settings.services
+        super().__init__((svc.host, svc.scorer_port), _Handler)
+        self.settings = settings
+        self.digest = settings_digest(settings)
+        self.hosts = {f"{name}:{svc.scorer_port}" for name in (svc.host, "localhost", "127.0.0.1")}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: Scorer
+    timeout = 60  # a client that stops sending mid-request frees the scorer after this
+
+    def do_GET(self) -> None:
+        if not self._from_own_host():
+            return
+        if self.path != HEALTH_PATH:
+            self._send(404, {"error": f"no {self.path}"})
+            return
+        self._send(200, {"status": "ok"})
+
+    def do_POST(self) -> None:
+        if not self._from_own_host():
+            return
+        if self.path != PREDICT_PATH:
+            self._send(404, {"error": f"no {self.path}"})
+            return
+        if self.headers.get_content_type() != "application/json":
+            self._send(415, {"error": "a request is JSON (Content-Type: application/json)"})
+            return
+        try:
+            length = int(self.headers.get("Content-Length", "0"))
+            body = json.loads(self.rfile.read(length))
+            planned = planned_from_json(body["planned"])
+        except (ValueError, KeyError, TypeError) as error:
+            self._send(400, {"error": f"not a predict request: {error}"})
+            return
+        if body.get("settings") != self.server.digest:
+            self._send(OTHER_SETTINGS_STATUS, {"error": "the scorer runs with other settings"})
+            return
+        self._send(*self._answer(planned))
+
+    def _answer(self, planned: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        try:
+            return 200, predict_attempt(self.server.settings, planned).answer()
+        except BadInput as error:
+            return BAD_INPUT_STATUS, {"error": str(error)}
+        except PipelineError as error:
+            return 503, {"error": str(error)}
+        except Exception as error:  # the scorer stays up for the next request; the log says why
+            log.exception("predict failed")
+            return 500, {"error": f"{type(error).__name__}: {error}"}
+
+    def _from_own_host(self) -> bool:
+        if self.headers.get("Host") in self.server.hosts:
+            return True
+        self._send(403, {"error": "the Host header names another server"})
+        return False
+
+    def _send(self, status: int, document: dict[str, Any]) -> None:
+        body = json.dumps(document).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="The scorer: answers `deepsummit predict`.")
+    parser.add_argument("--profile", help="the settings' profile (default: as load_settings)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    Scorer(load_settings(args.profile)).serve_forever()
+
+
+if __name__ == "__main__":
+    main()
