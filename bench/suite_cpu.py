@@ -76,7 +76,10 @@ def main() -> None:
     used: dict[Key, tuple[float, str]] = {}
     while child.poll() is None:
         for key, (cpu, command) in processes().items():
-            used[key] = (cpu - before.get(key, 0.0), command)
+            # A process last seen exited (not yet reaped) has no command line: keep the one
+            # an earlier sample saw.
+            named = command or used.get(key, (0.0, ""))[1]
+            used[key] = (cpu - before.get(key, 0.0), named)
         time.sleep(SAMPLE_S)
     wall_s = time.monotonic() - started
     seconds, count = Counter(), Counter()
