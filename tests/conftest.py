@@ -1,9 +1,12 @@
 """Session-wide test settings: quiet, offline, and never touching the developer's var/ folder."""
 
 import os
+import shutil
 import sys
+import tempfile
 
 import pytest
+from session_shared import SHARED_DIR_VARIABLE
 
 # Set before any test module imports prefect, mlflow or matplotlib.
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
@@ -20,6 +23,18 @@ pytest.register_assert_rewrite("training_fixtures")
 
 # A sender whose server is gone retries each queued item for about a minute: bound the wait.
 SENDER_DRAIN_TIMEOUT_S = 10.0
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The controlling process makes the session's shared folder (tests/session_shared.py);
+    the workers it starts inherit its name."""
+    if not hasattr(config, "workerinput"):
+        os.environ[SHARED_DIR_VARIABLE] = tempfile.mkdtemp(prefix="deepsummit-tests-")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):
+        shutil.rmtree(os.environ.pop(SHARED_DIR_VARIABLE), ignore_errors=True)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -6,18 +6,17 @@ spread over every split) so the whole chain runs in about a minute on the tiny p
 
 from __future__ import annotations
 
-import atexit
 import functools
 import gzip
 import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import polars as pl
+from session_shared import made_once
 
 from deepsummit.core.config import load_settings
 from deepsummit.services.local import prefect_home
@@ -85,11 +84,13 @@ _MIGRATE = (
 @functools.cache
 def migrated_prefect_database() -> Path:
     """An empty Prefect database at the installed Prefect's newest schema, made once per test
-    process by Prefect itself. A server started on no database spends about 4 s of CPU
-    migrating a new one, and the suite starts a dozen; one started on this copy checks the
-    schema (0.1 s) and serves."""
-    folder = Path(tempfile.mkdtemp(prefix="deepsummit-prefect-"))
-    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    session by Prefect itself (tests/session_shared.py). A server started on no database
+    spends about 4 s of CPU migrating a new one, and the suite starts a dozen; one started on
+    this copy checks the schema (0.1 s) and serves."""
+    return made_once("prefect-database", _migrated_prefect_database)
+
+
+def _migrated_prefect_database(folder: Path) -> Path:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
     env["PREFECT_HOME"] = str(folder)
     subprocess.run([sys.executable, "-c", _MIGRATE], env=env, check=True, timeout=300)

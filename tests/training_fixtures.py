@@ -2,9 +2,10 @@
 
 `trained_registry`: the real train stage on the real features snapshot of the bundle (tiny
 profile: a slice of the training rows), registered in a temporary MLflow store. Trained once per
-test process and shared by every module that lists this file in `pytest_plugins` (imported into
-a module instead, a session fixture is that module's own and trains again, about 16 s each).
-The tests only read it: what they register, gate or copy goes into stores of their own.
+test session (by the first worker that asks) and shared by every module that lists this file in
+`pytest_plugins` (imported into a module instead, a session fixture is that module's own and
+trains again, about 16 s each). The tests only read it: what they register, gate or copy goes
+into stores of their own.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 import pytest
 from mlflow import MlflowClient
+from session_shared import made_once
 
 from deepsummit.core.config import Settings, load_settings
 from deepsummit.core.context import RunContext
@@ -62,10 +64,15 @@ def registry_settings(root: Path, features: Settings | None = None) -> Settings:
 
 
 @pytest.fixture(scope="session")
-def trained_registry(tmp_path_factory: pytest.TempPathFactory, bundle_features) -> TrainedRegistry:
+def trained_registry(bundle_features) -> TrainedRegistry:
+    """Trained once per test session, by the first worker that asks (tests/session_shared.py):
+    13 s of training the other worker does not repeat."""
     features_settings, features_report, _ = bundle_features
-    root = tmp_path_factory.mktemp("registry")
-    settings = registry_settings(root, features_settings)
-    run = RunContext(root / "run", tags={"prefect.flow_run_id": "flow-run-123"})
-    report = train_and_register(settings, run, features_snapshot=features_report.directory)
-    return TrainedRegistry(root, settings, features_report.directory, report)
+
+    def train(root: Path) -> TrainedRegistry:
+        settings = registry_settings(root, features_settings)
+        run = RunContext(root / "run", tags={"prefect.flow_run_id": "flow-run-123"})
+        report = train_and_register(settings, run, features_snapshot=features_report.directory)
+        return TrainedRegistry(root, settings, features_report.directory, report)
+
+    return made_once("trained-registry", train)
