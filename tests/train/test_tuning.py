@@ -14,6 +14,7 @@ from mlflow import MlflowClient
 from optuna.distributions import CategoricalDistribution, FloatDistribution
 from optuna.trial import TrialState
 
+from deepsummit.core import sections
 from deepsummit.core.config import Settings, load_settings
 from deepsummit.core.errors import PipelineError
 from deepsummit.train import trial as trials
@@ -74,11 +75,12 @@ def test_config_narrows_the_space_and_bad_narrowing_is_one_clear_error(tmp_path:
             tuning.search_space(_settings(tmp_path, search_space=bad).tune)
 
 
-def test_a_relative_sqlite_storage_is_under_the_project_root():
+def test_a_relative_sqlite_storage_is_under_the_project_root(tmp_path: Path, monkeypatch):
+    monkeypatch.setattr(sections, "PROJECT_ROOT", tmp_path)  # its folder is made, not in ours
     url = tuning.storage_url(
         load_settings(overrides={"tune": {"storage_url": "sqlite:///x/o.db"}}).tune
     )
-    assert url.startswith("sqlite:////") and url.endswith("/x/o.db")
+    assert url == f"sqlite:///{tmp_path / 'x/o.db'}" and (tmp_path / "x").is_dir()
     pg = "postgresql://optuna:secret@db:5432/optuna"
     config = load_settings(overrides={"tune": {"storage_url": pg}}).tune
     assert tuning.storage_url(config) == pg
