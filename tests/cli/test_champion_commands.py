@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -146,6 +147,10 @@ def test_a_running_scorer_answers_predict_and_the_command_imports_no_torch(
     overrides: dict[str, Any], with_scorer: dict[str, Any]
 ) -> None:
     scorer_log = services.log_file(load_settings(overrides=with_scorer), services.SCORER)
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while "deepsummit v1 loaded" not in scorer_log.read_text():  # before anyone asked
+        assert time.monotonic() < deadline, scorer_log.read_text()
+        time.sleep(0.2)
     asked = cli(
         with_scorer,
         *("predict", *EVEREST_OPTIONS, "--nationality", "USA", "--json"),

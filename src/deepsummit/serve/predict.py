@@ -30,6 +30,7 @@ from deepsummit.contracts.champion import (
     ARTIFACT_PATH,
     TAG_FILES_DIGEST,
     TAG_WEATHER_SOURCE,
+    RegisteredVersion,
     champion_version,
     verified_copy,
 )
@@ -122,8 +123,7 @@ def predict_attempt(settings: Settings, planned: Mapping[str, Any]) -> Predictio
     champion = champion_version(settings.mlflow)
     source = champion.tags.get(TAG_WEATHER_SOURCE, settings.weather.source)
     weather, why_absent = push_weather(settings, planned, source, sources)
-    local = verified_copy(settings.mlflow.tracking_uri, champion, settings.mlflow.model_cache_dir)
-    artifact = loaded_artifact(local / ARTIFACT_PATH, champion.tags[TAG_FILES_DIGEST])
+    artifact = champion_artifact(settings, champion)
 
     # The member and each change of the member in one request (the features built once), each
     # row a forward pass of its own: every answer is, to the last bit, the registered model's to
@@ -153,6 +153,13 @@ def predict_attempt(settings: Settings, planned: Mapping[str, Any]) -> Predictio
         },
         least_sure=least_sure(artifact, record),
     )
+
+
+def champion_artifact(settings: Settings, champion: RegisteredVersion) -> ModelArtifact:
+    """The artifact of `champion`: its local copy, checked against the registered digest, and
+    loaded once per process for files of one digest."""
+    local = verified_copy(settings.mlflow.tracking_uri, champion, settings.mlflow.model_cache_dir)
+    return loaded_artifact(local / ARTIFACT_PATH, champion.tags[TAG_FILES_DIGEST])
 
 
 @functools.lru_cache(maxsize=2)

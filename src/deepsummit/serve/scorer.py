@@ -4,7 +4,9 @@
 the scoring code once and keeps the champion's artifact loaded, one per version
 (`loaded_artifact`). Every request is answered by `predict_attempt`, the function a `predict`
 process runs alone, so the answer is the same to the last bit; the champion is looked up on
-every request, so a new champion answers from the next request on. The command line asking it
+every request, so a new champion answers from the next request on. A thread loads the champion
+every LOAD_EVERY_S as well, so that the first request after a new one (the nightly retraining's)
+does not wait for its download and load. The command line asking it
 (deepsummit/serve/scorer_client.py) imports neither PyTorch nor the scoring code, which were
 most of its time.
 
@@ -26,12 +28,15 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import threading
+import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 
+from deepsummit.contracts.champion import champion_version
 from deepsummit.core.config import Settings, load_settings
 from deepsummit.core.errors import BadInput, PipelineError
-from deepsummit.serve.predict import predict_attempt
+from deepsummit.serve.predict import champion_artifact, predict_attempt
 from deepsummit.serve.scorer_client import (
     BAD_INPUT_STATUS,
     HEALTH_PATH,
@@ -42,6 +47,11 @@ from deepsummit.serve.scorer_client import (
 )
 
 log = logging.getLogger(__name__)
+# How often the scorer loads the champion before anyone asks: a registry question, and the
+# copy's digest checked, a few milliseconds each time. Sooner while it has none loaded: `up`
+# starts the scorer before the registry, and the first training registers one.
+LOAD_EVERY_S = 30.0
+RETRY_S = 5.0
 
 
 class Scorer(HTTPServer):
@@ -114,12 +124,32 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
 
+def keep_champion_loaded(settings: Settings, every_s: float = LOAD_EVERY_S) -> None:
+    """Load the champion now and every `every_s`, for ever (a daemon thread's loop); a round
+    that cannot (no champion yet, the registry away) is tried again after RETRY_S."""
+    said = None  # the last line logged: each change once, not every round
+    while True:
+        try:
+            champion = champion_version(settings.mlflow)
+            champion_artifact(settings, champion)
+            line, wait_s = f"{champion.name} v{champion.version} loaded", every_s
+        except Exception as error:  # the scorer answers on; the log says why
+            line, wait_s = f"the champion not loaded: {error}", min(every_s, RETRY_S)
+        if line != said:
+            log.info(line)
+            said = line
+        time.sleep(wait_s)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="The scorer: answers `deepsummit predict`.")
     parser.add_argument("--profile", help="the settings' profile (default: as load_settings)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    Scorer(load_settings(args.profile)).serve_forever()
+    settings = load_settings(args.profile)
+    scorer = Scorer(settings)
+    threading.Thread(target=keep_champion_loaded, args=(settings,), daemon=True).start()
+    scorer.serve_forever()
 
 
 if __name__ == "__main__":
