@@ -76,3 +76,18 @@ def test_files_the_registry_cannot_hand_over_are_one_line_naming_the_version(
         "was supplied, the tracking URI must be a valid http or https URI"
     )
     assert not [p for p in (tmp_path / "cache").rglob("*") if p.is_file()]
+
+
+def test_a_sqlite_stores_experiment_keeps_its_files_beside_the_database(tmp_path: Path) -> None:
+    """Not in ./mlruns of the folder the process runs in (the checkout, for a command or a flow
+    run), MLflow's default."""
+    import mlflow
+
+    uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
+    (tmp_path / "store").mkdir()
+    experiment_id = champion.set_experiment(uri, "deepsummit")
+    with mlflow.start_run(experiment_id=experiment_id):
+        mlflow.log_text("logged", "note.txt")
+    assert (tmp_path / "store/mlartifacts/deepsummit").is_dir()
+    assert [p.name for p in (tmp_path / "store").rglob("note.txt")] == ["note.txt"]
+    assert champion.set_experiment(uri, "deepsummit") == experiment_id  # found, not made again

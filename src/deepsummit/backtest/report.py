@@ -16,6 +16,7 @@ import polars as pl
 from deepsummit.backtest.outcome import MODELS, FoldOutcome
 from deepsummit.backtest.push_days import PEAK_SEASON
 from deepsummit.backtest.summary import JUDGED, PUSH_DAY_MODELS, BacktestReport
+from deepsummit.contracts.champion import set_experiment
 from deepsummit.core.config import Settings
 from deepsummit.train.comparison import TRANSFORMER
 from deepsummit.train.evaluation import WITHOUT_MAP
@@ -225,8 +226,7 @@ def log_to_mlflow(
 ) -> str:
     """One MLflow run (tag kind=backtest) with the figures as metrics and the report and charts
     as artifacts; returns its id."""
-    mlflow.set_tracking_uri(settings.mlflow.tracking_uri)
-    mlflow.set_experiment(settings.mlflow.experiment)
+    set_experiment(settings.mlflow.tracking_uri, settings.mlflow.experiment)
     run_tags = {**(tags or {}), "kind": BACKTEST_RUN}
     with mlflow.start_run(run_name="backtest", tags=run_tags) as run:
         mlflow.log_params(

@@ -230,12 +230,35 @@ def experiment_named(client: MlflowClient, name: str) -> str:
     if experiment is not None:
         return experiment.experiment_id
     try:
-        return client.create_experiment(name)
+        return client.create_experiment(
+            name, artifact_location=_artifacts_beside(client.tracking_uri, name)
+        )
     except MlflowException:
         experiment = client.get_experiment_by_name(name)
         if experiment is None:
             raise
         return experiment.experiment_id
+
+
+def set_experiment(tracking_uri: str, name: str) -> str:
+    """Make `name` at `tracking_uri` MLflow's active experiment, created as `experiment_named`
+    creates it; its id."""
+    import mlflow
+
+    mlflow.set_tracking_uri(tracking_uri)
+    experiment_id = experiment_named(mlflow.MlflowClient(tracking_uri), name)
+    mlflow.set_experiment(experiment_id=experiment_id)
+    return experiment_id
+
+
+def _artifacts_beside(tracking_uri: str, name: str) -> str | None:
+    """Where a new experiment of a SQLite store keeps its files: beside the database. MLflow's
+    own default is ./mlruns of whichever folder the process runs in (the checkout, for a
+    command or a flow run). None, the server's default, for a tracking server."""
+    if not tracking_uri.startswith("sqlite:///"):
+        return None
+    database = Path(tracking_uri.removeprefix("sqlite:///")).resolve()
+    return (database.parent / "mlartifacts" / name).as_uri()
 
 
 def download_folder(

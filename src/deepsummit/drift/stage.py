@@ -17,7 +17,7 @@ from pathlib import Path
 import mlflow
 
 from deepsummit.contracts.artifact import DRIFT_PROFILE
-from deepsummit.contracts.champion import champion_file
+from deepsummit.contracts.champion import champion_file, set_experiment
 from deepsummit.contracts.distribution import DistributionProfile
 from deepsummit.contracts.preprocessing import Preprocessor
 from deepsummit.contracts.snapshot import PREPROCESSING_FILE, read_features, read_windows
@@ -85,8 +85,7 @@ def log_drift(
     config: MlflowConfig, report: DriftReport, champion: str, tags: Mapping[str, str]
 ) -> None:
     """The drift report as an MLflow run of its own (PSI per feature as metrics, the table)."""
-    mlflow.set_tracking_uri(config.tracking_uri)
-    mlflow.set_experiment(config.experiment)
+    set_experiment(config.tracking_uri, config.experiment)
     run_tags = {**tags, "kind": "input drift", "compared_with_version": champion}
     with mlflow.start_run(run_name=f"drift vs v{champion}", tags=run_tags):
         mlflow.log_metrics(report.metrics())

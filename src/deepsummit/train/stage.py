@@ -35,6 +35,7 @@ from mlflow.data.sources import LocalArtifactDatasetSource
 
 from deepsummit.contracts.artifact import ARTIFACT_NAME, ModelArtifact
 from deepsummit.contracts.calibration import Calibrator
+from deepsummit.contracts.champion import set_experiment
 from deepsummit.contracts.member_groups import MEMBER_COLUMNS
 from deepsummit.contracts.preprocessing import Preprocessor
 from deepsummit.contracts.snapshot import (
@@ -181,8 +182,7 @@ def train_and_register(
     checkpoints = checkpoint_folder(settings, data)
     bound_requests(settings.mlflow)
     wait_for_tracking(settings.mlflow, "before training")
-    mlflow.set_tracking_uri(settings.mlflow.tracking_uri)
-    mlflow.set_experiment(settings.mlflow.experiment)
+    set_experiment(settings.mlflow.tracking_uri, settings.mlflow.experiment)
     with training_run(run_tags(settings, context, data)) as run:
         log_inputs(settings, data)
         trained = train_recipe(

@@ -14,6 +14,7 @@ import mlflow
 import optuna
 from optuna.trial import TrialState
 
+from deepsummit.contracts.champion import set_experiment
 from deepsummit.contracts.snapshot import load_features
 from deepsummit.core.config import Settings
 from deepsummit.core.errors import PipelineError
@@ -80,8 +81,7 @@ def run_trial(
         log_epoch(record)
         report(record)
 
-    mlflow.set_tracking_uri(settings.mlflow.tracking_uri)
-    mlflow.set_experiment(settings.mlflow.experiment)
+    set_experiment(settings.mlflow.tracking_uri, settings.mlflow.experiment)
     run_tags = {**tags, TAG_STUDY: study.study_name, TAG_TRIAL: str(number), TAG_ROLE: "trial"}
     with (
         mlflow.start_run(

@@ -28,6 +28,7 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, Floa
 from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.engine import make_url
 
+from deepsummit.contracts.champion import experiment_named
 from deepsummit.core.config import Settings
 from deepsummit.core.config import saved_profile_path as profile_path
 from deepsummit.core.errors import PipelineError
@@ -283,12 +284,7 @@ def open_parent_run(settings: Settings, study: optuna.Study, tags: dict[str, str
             return str(existing)
         except MlflowException:
             logger.info("parent run %s is not on %s; starting another", existing, client)
-    experiment = client.get_experiment_by_name(settings.mlflow.experiment)
-    experiment_id = (
-        experiment.experiment_id
-        if experiment
-        else client.create_experiment(settings.mlflow.experiment)
-    )
+    experiment_id = experiment_named(client, settings.mlflow.experiment)
     run = client.create_run(
         experiment_id,
         run_name=f"tune-{study.study_name}",
