@@ -63,7 +63,7 @@ def isolated_paths(root: Path, *, prefect_sqlite: bool = True) -> dict[str, Any]
         "weather": {"cache_path": str(root / "var/cache/open-meteo")},
         "forecast": {"cache_path": str(root / "var/cache/open-meteo-forecast")},
         # A test's deployment runs start within a second, not the product's 5. Its `up` starts
-        # no scorer (3 s of CPU each) unless it asks for one, as the end-to-end stack does.
+        # no scorer (2 s of CPU each) unless it asks for one, as the end-to-end stack does.
         "services": {"run_dir": str(root / "services"), "worker_query_s": 1.0, "scorer": False},
     }
     if prefect_sqlite:

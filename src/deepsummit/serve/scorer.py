@@ -70,18 +70,11 @@ class _Handler(BaseHTTPRequestHandler):
     timeout = 60  # a client that stops sending mid-request frees the scorer after this
 
     def do_GET(self) -> None:
-        if not self._from_own_host():
-            return
-        if self.path != HEALTH_PATH:
-            self._send(404, {"error": f"no {self.path}"})
-            return
-        self._send(200, {"status": "ok"})
+        if self._routed(HEALTH_PATH):
+            self._send(200, {"status": "ok"})
 
     def do_POST(self) -> None:
-        if not self._from_own_host():
-            return
-        if self.path != PREDICT_PATH:
-            self._send(404, {"error": f"no {self.path}"})
+        if not self._routed(PREDICT_PATH):
             return
         if self.headers.get_content_type() != "application/json":
             self._send(415, {"error": "a request is JSON (Content-Type: application/json)"})
@@ -109,10 +102,15 @@ class _Handler(BaseHTTPRequestHandler):
             log.exception("predict failed")
             return 500, {"error": f"{type(error).__name__}: {error}"}
 
-    def _from_own_host(self) -> bool:
-        if self.headers.get("Host") in self.server.hosts:
+    def _routed(self, path: str) -> bool:
+        """The request names the scorer's own host and `path`; otherwise it is answered here,
+        403 or 404."""
+        if self.headers.get("Host") not in self.server.hosts:
+            self._send(403, {"error": "the Host header names another server"})
+        elif self.path != path:
+            self._send(404, {"error": f"no {self.path}"})
+        else:
             return True
-        self._send(403, {"error": "the Host header names another server"})
         return False
 
     def _send(self, status: int, document: dict[str, Any]) -> None:

@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from deepsummit.core.config import Settings
 from deepsummit.core.http_retry import send
+from deepsummit.serve.scorer_client import HEALTH_PATH
 from deepsummit.services.local import (
     PREFECT_SERVER,
     WORKER_NAME,
@@ -49,7 +50,7 @@ def mlflow_healthy(settings: Settings) -> bool:
 
 
 def scorer_healthy(settings: Settings) -> bool:
-    return http_ok(f"{settings.services.scorer_url}/health")
+    return http_ok(settings.services.scorer_url + HEALTH_PATH)
 
 
 def worker_healthy(settings: Settings) -> bool:
