@@ -64,6 +64,11 @@ CANDIDATES: dict[str, dict[str, Any]] = {
     "no calendar": {"features.extra_inputs": WITHOUT_CALENDAR},
     "recency weights, half-life 5 years": {"train.recency_half_life": 5.0},
     "team role token": {"features.extra_inputs": [*SHIPPED_EXTRAS, "team_role"]},
+    "learning rate 4e-3": {"train.learning_rate": 4e-3},
+    "batch size 256": {"train.batch_size": 256},
+    "no dropout": {"model.dropout": 0.0, "model.drop_path_rate": 0.0},
+    "8 ensemble members": {"model.ensemble_size": 8},
+    "3 layers": {"model.num_layers": 3},
     # The spec's size with what the cpu profile adopted (one training of 4 members): its folds
     # train on a GPU machine (bench/gpu.py --prepare-folds, then its GPU half, then
     # --judge-folds), never here, where one epoch of it takes minutes.
