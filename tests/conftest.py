@@ -17,9 +17,9 @@ os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 os.environ.setdefault("TQDM_DISABLE", "1")
 
-# A plugin module that test modules also import (for its types): rewrite its asserts on that
-# first import, not only when `pytest_plugins` names it.
-pytest.register_assert_rewrite("training_fixtures")
+# Plugin modules that test modules also import (for types and helpers): rewrite their asserts on
+# that first import, not only when `pytest_plugins` names them.
+pytest.register_assert_rewrite("training_fixtures", "services_fixtures")
 
 # A sender whose server is gone retries each queued item for about a minute: bound the wait.
 SENDER_DRAIN_TIMEOUT_S = 10.0
