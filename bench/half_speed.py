@@ -18,11 +18,11 @@ Two parts make the slowness:
 
 Measured with a pure-Python loop in a pool of k processes (wall time against the same alone):
 the loops alone made it 1.95 times as slow for k = 1 but 1.45 times for k = 4; the loops and
-the quota 1.5 to 1.6 times for k = 1 (the kernel's group scheduling gives a lone process of the cgroup
-more than the loop's half) and 2.0 times for k = 2 and 4. So with the quota a command that keeps
-both cores busy (the test suite) is made twice as slow, and one that runs one process at a time
-(pip's install) leans low. Where no cpu cgroup is writable, the loops alone run and the line
-printed at the end says so.
+the quota 1.5 to 1.6 times for k = 1 (the kernel's group scheduling gives a lone process of the
+cgroup more than the loop's half) and 2.0 times for k = 2 and 4. So with the quota a command
+that keeps both cores busy (the test suite) is made twice as slow, and one that runs one
+process at a time (pip's install) leans low. Where no cpu cgroup is writable, the loops alone
+run and the line printed at the end says so.
 Processes the command leaves running (the services of `make train`) are moved out of the
 cgroup at the end, so they run at full speed afterwards.
 """
