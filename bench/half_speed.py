@@ -54,22 +54,29 @@ def _half_machine_cgroup(cores: int) -> Path | None:
     cpu cgroup can be made."""
     name = f"half-speed-{os.getpid()}"
     quota_us = cores * PERIOD_US // 2
+    with contextlib.suppress(OSError):  # no cgroup v2, or its cpu controller not given to ours
+        if "cpu" in (CGROUP_V2 / "cgroup.subtree_control").read_text().split():
+            return _made(CGROUP_V2 / name, {"cpu.max": f"{quota_us} {PERIOD_US}"})
+    return _made(
+        CGROUP_V1_CPU / name,
+        {"cpu.cfs_period_us": str(PERIOD_US), "cpu.cfs_quota_us": str(quota_us)},
+    )
+
+
+def _made(group: Path, limits: dict[str, str]) -> Path | None:
+    """`group` made with `limits` written to its files; None (and nothing left behind) where
+    it cannot be."""
     try:
-        if "cpu" in (CGROUP_V2 / "cgroup.controllers").read_text().split():
-            group = CGROUP_V2 / name
-            group.mkdir()
-            (group / "cpu.max").write_text(f"{quota_us} {PERIOD_US}")
-            return group
-    except OSError:
-        pass
-    try:
-        group = CGROUP_V1_CPU / name
         group.mkdir()
-        (group / "cpu.cfs_period_us").write_text(str(PERIOD_US))
-        (group / "cpu.cfs_quota_us").write_text(str(quota_us))
-        return group
     except OSError:
         return None
+    try:
+        for file, value in limits.items():
+            (group / file).write_text(value)
+    except OSError:
+        group.rmdir()
+        return None
+    return group
 
 
 def _release(group: Path) -> None:
