@@ -4,6 +4,7 @@ they changed on disk, never used otherwise."""
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from deepsummit.contracts.champion import (
     ModelFilesChanged,
     RegisteredVersion,
     champion_version,
+    load_verified,
     verified_copy,
 )
 from deepsummit.core.errors import ServiceUnavailable
@@ -50,6 +52,18 @@ def test_the_copy_is_kept_checked_and_mended(
     with pytest.raises(ModelFilesChanged, match="deepsummit v1: its files' sha256 is"):
         verified_copy(uri, forged, tmp_path / "other")
     assert not list((tmp_path / "other").rglob("*.pt"))  # nothing unverified is left
+
+
+def test_a_version_loaded_without_a_cache_leaves_no_copy_behind(
+    trained_registry: TrainedRegistry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The gate and the outlook load a version without the cache: its temporary copy is gone
+    once the model is loaded (a nightly run must not fill the disk with model copies)."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    config = trained_registry.settings.mlflow
+    model = load_verified(config.tracking_uri, config.registered_model, "1")
+    assert model.unwrap_python_model().artifact.networks  # loaded, then the copy removed
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_files_the_registry_cannot_hand_over_are_one_line_naming_the_version(

@@ -306,9 +306,14 @@ def load_verified(
 ) -> mlflow.pyfunc.PyFuncModel:
     """The pyfunc of version `version`, after checking that its files are the ones registered
     (a registered model is code that `predict` and the gate execute); `cache_dir` as for
-    `verified_copy`."""
+    `verified_copy`. Without one, the temporary copy is removed once loaded: the model reads
+    all its files when it loads."""
     import mlflow.pyfunc
 
     tags = mlflow.MlflowClient(tracking_uri).get_model_version(name, version).tags
     local = verified_copy(tracking_uri, RegisteredVersion(name, str(version), tags), cache_dir)
-    return mlflow.pyfunc.load_model(str(local))
+    try:
+        return mlflow.pyfunc.load_model(str(local))
+    finally:
+        if cache_dir is None:
+            shutil.rmtree(local, ignore_errors=True)
