@@ -224,10 +224,13 @@ def test_a_search_across_two_workers_survives_a_killed_trial_and_resumes(stack):
     reopened = client.get_run(parent.info.run_id)
     assert reopened.info.status == "FINISHED"
     assert reopened.data.metrics["trials_complete"] + reopened.data.metrics["trials_pruned"] == 3
-    # The best configuration is registered once: an unchanged best reuses summit/train's cache.
+    # The best configuration is registered once: an unchanged best is not trained again.
     versions = client.search_model_versions(f"name = '{settings.mlflow.registered_model}'")
     if study.best_trial.number == best.number:
         assert [v.version for v in versions] == [version.version]
         assert reopened.data.tags["model_version"] == version.version
+        with temporary_settings(prefect_server(settings)), get_client(sync_client=True) as c:
+            names = [run.name for run in c.read_flow_runs()]
+        assert names.count(f"{settings.tune.study_name}-best") == 1, names
     else:  # a better trial: registered too, and gated against the first
         assert len(versions) == 2

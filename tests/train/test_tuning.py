@@ -201,6 +201,32 @@ def test_a_trial_trains_as_a_child_run_and_tells_the_study(tmp_path: Path, bundl
     mlflow.set_tracking_uri(None)
 
 
+def test_a_resumed_search_finds_its_registered_best_and_trains_it_again_once_it_is_gone(
+    tmp_path: Path,
+):
+    """A rerun of summit/tune whose best trial is unchanged starts no final training: the final
+    run an earlier run adopted for that trial is found, while its model version exists."""
+    settings = _settings(tmp_path)
+    config = settings.mlflow
+    client = MlflowClient(config.tracking_uri)
+    study = tuning.open_study(settings)
+    parent = tuning.open_parent_run(settings, study, {})
+    experiment = client.get_experiment_by_name(config.experiment).experiment_id
+    client.create_registered_model(config.registered_model)
+    version = str(client.create_model_version(config.registered_model, str(tmp_path)).version)
+    final_tags = {"mlflow.parentRunId": parent, tuning.TAG_ROLE: "final", tuning.TAG_TRIAL: "3"}
+    final = client.create_run(
+        experiment, tags={**final_tags, "model_version": version, "champion_decision": "promoted"}
+    )
+
+    facts = tuning.registered_final_run(config, parent, 3)
+    assert facts["final_run_id"] == final.info.run_id
+    assert (facts["model_version"], facts["champion_decision"]) == (version, "promoted")
+    assert tuning.registered_final_run(config, parent, 4) == {}  # another best: train it
+    client.delete_model_version(config.registered_model, version)
+    assert tuning.registered_final_run(config, parent, 3) == {}  # its version gone: train again
+
+
 def test_the_tuned_profile_is_read_back_by_load_settings(tmp_path: Path):
     settings = _settings(tmp_path, profile_name="tuned")
     study = tuning.open_study(settings)

@@ -132,7 +132,8 @@ def tune(
     overrides: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Search the spec's hyperparameter space with Optuna, one flow run per trial; register the
-    best configuration through summit/train's champion gate and save it as the tuned profile.
+    best configuration through summit/train's champion gate and save it as the tuned profile (a
+    rerun whose best trial an earlier run registered trains nothing again).
 
     Args:
         profile: settings profile the trials start from (cpu, base, tiny); blank = the default.
@@ -166,9 +167,18 @@ def tune(
         flow_runs = asyncio.run(_search(settings, study, trial_parameters, parent_run_id))
         best = tuning.best_trial(study)
         profile_file = tuning.save_profile(settings, best, study.study_name)
-        final = _register_best(settings, profile, merged, best.params)
-        trained_by = training_flow_run_id(final)
-        facts = tuning.adopt_final_run(settings.mlflow, parent_run_id, trained_by, best.number)
+        facts = tuning.registered_final_run(settings.mlflow, parent_run_id, best.number)
+        final = None
+        if facts:
+            get_run_logger().info(
+                "trial %d, still the best, is registered as version %s by an earlier run of"
+                " this search: nothing to train",
+                best.number, facts["model_version"],
+            )  # fmt: skip
+        else:
+            final = _register_best(settings, profile, merged, best.params)
+            trained_by = training_flow_run_id(final)
+            facts = tuning.adopt_final_run(settings.mlflow, parent_run_id, trained_by, best.number)
     except BaseException:
         tuning.close_parent_run(settings.mlflow, parent_run_id, study, facts, failed=True)
         raise
@@ -190,7 +200,7 @@ def _summary(
     profile_file: Path,
     parent_run_id: str,
     flow_runs: dict[int, str],
-    final: Any,
+    final: FlowRun | None,
     facts: dict[str, str],
 ) -> dict[str, Any]:
     """What the search returns: the study, the best trial, where its profile and runs are."""
@@ -205,7 +215,8 @@ def _summary(
         "profile": str(profile_file),
         "mlflow_parent_run_id": parent_run_id,
         "trial_flow_runs": {str(k): v for k, v in sorted(flow_runs.items())},
-        "final_flow_run_id": str(final.id),
+        # None where the best trial was registered by an earlier run of this search.
+        "final_flow_run_id": str(final.id) if final else None,
         **facts,
     }
 

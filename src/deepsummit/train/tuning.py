@@ -324,32 +324,57 @@ def adopt_final_run(
 ) -> dict[str, str]:
     """Put the MLflow run of the final training (found by its Prefect flow run id) under the
     search's run; its facts (run id, model version, champion decision). When summit/train
-    reused its cached training (the best configuration did not change since the last search),
-    the run adopted then is the one; {} when there is none (the reason is logged)."""
+    reused its cached training, the run adopted then is the one; {} when there is none (the
+    reason is logged)."""
     client = MlflowClient(config.tracking_uri)
-    experiment = client.get_experiment_by_name(config.experiment)
-    experiments = [experiment.experiment_id] if experiment else []
     of_flow_run = f"tags.`prefect.flow_run_id` = '{flow_run_id}'"
-    runs = client.search_runs(experiments, f"{of_flow_run} and tags.kind = '{TRAINING_RUN}'")
-    if runs:
-        run_id = runs[0].info.run_id
-        client.set_tag(run_id, "mlflow.parentRunId", parent_run_id)
-        client.set_tag(run_id, TAG_ROLE, "final")
-        client.set_tag(run_id, TAG_TRIAL, str(trial_number))
-    else:
-        runs = client.search_runs(
-            experiments,
-            filter_string=f"tags.`mlflow.parentRunId` = '{parent_run_id}' "
-            f"and tags.`{TAG_ROLE}` = 'final' and tags.`{TAG_TRIAL}` = '{trial_number}'",
-        )
-        if not runs:
+    runs = client.search_runs(
+        _experiments(client, config), f"{of_flow_run} and tags.kind = '{TRAINING_RUN}'"
+    )
+    if not runs:
+        facts = registered_final_run(config, parent_run_id, trial_number)
+        if not facts:
             logger.warning(
                 "flow run %s logged no MLflow run (its training was reused from the cache of "
                 "an earlier summit/train run): see that flow run for the model version",
                 flow_run_id,
             )
-            return {}
-    run = client.get_run(runs[0].info.run_id)
+        return facts
+    run_id = runs[0].info.run_id
+    client.set_tag(run_id, "mlflow.parentRunId", parent_run_id)
+    client.set_tag(run_id, TAG_ROLE, "final")
+    client.set_tag(run_id, TAG_TRIAL, str(trial_number))
+    return _final_facts(client.get_run(run_id))
+
+
+def registered_final_run(
+    config: MlflowConfig, parent_run_id: str, trial_number: int
+) -> dict[str, str]:
+    """The facts of the final training an earlier run of this search adopted for trial
+    `trial_number`, while the model version it registered is still in the registry; {} when
+    there is none (a resumed search whose best trial is unchanged trains nothing again)."""
+    client = MlflowClient(config.tracking_uri)
+    runs = client.search_runs(
+        _experiments(client, config),
+        filter_string=f"tags.`mlflow.parentRunId` = '{parent_run_id}' "
+        f"and tags.`{TAG_ROLE}` = 'final' and tags.`{TAG_TRIAL}` = '{trial_number}'",
+    )
+    if not runs:
+        return {}
+    facts = _final_facts(runs[0])
+    try:
+        client.get_model_version(config.registered_model, facts["model_version"])
+    except MlflowException:  # deleted since, or never registered: train it again
+        return {}
+    return facts
+
+
+def _experiments(client: MlflowClient, config: MlflowConfig) -> list[str]:
+    experiment = client.get_experiment_by_name(config.experiment)
+    return [experiment.experiment_id] if experiment else []
+
+
+def _final_facts(run: Any) -> dict[str, str]:
     tags = run.data.tags
     return {
         "final_run_id": run.info.run_id,
