@@ -38,7 +38,7 @@ def setup(bundle_features, tmp_path_factory: pytest.TempPathFactory) -> tuple[Se
             "paths": {"warehouse": str(features_settings.paths.warehouse)},
             "features": features_settings.features.model_dump(mode="json"),
             "mlflow": {"tracking_uri": f"sqlite:///{root / 'mlflow.db'}"},
-            "train": {"seeds": 2, "max_epochs": 2, "max_train_rows": 8000, "num_threads": 1},
+            "train": {"seeds": 1, "max_epochs": 2, "max_train_rows": 8000, "num_threads": 1},
             "backtest": {
                 "first_test_year": 2018,
                 "last_test_year": 2019,

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e.stack import Stack
+from e2e.stack import TREE_BUDGETS, Stack
 from mlflow import MlflowClient
 from prefect.client.orchestration import get_client
 from prefect.settings import temporary_settings
@@ -91,7 +91,10 @@ def two_workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwoWorkers
                 # The training's own lines (its resume) in its flow run's logs.
                 "PREFECT_LOGGING_EXTRA_LOGGERS": "deepsummit",
             }
-            worker_settings = {"mlflow": {"tracking_uri": stack.settings.mlflow.tracking_uri}}
+            worker_settings = {
+                "mlflow": {"tracking_uri": stack.settings.mlflow.tracking_uri},
+                "train": TREE_BUDGETS,  # the training machine's own settings, as the stack's
+            }
             with remote_worker(
                 GPU_POOL, remote_root, worker_env, worker_settings, hidden=[stack.root]
             ) as remote:
