@@ -323,23 +323,21 @@ def adopt_final_run(
     config: MlflowConfig, parent_run_id: str, flow_run_id: str, trial_number: int
 ) -> dict[str, str]:
     """Put the MLflow run of the final training (found by its Prefect flow run id) under the
-    search's run; its facts (run id, model version, champion decision). When summit/train
-    reused its cached training, the run adopted then is the one; {} when there is none (the
-    reason is logged)."""
+    search's run; its facts (run id, model version, champion decision). {} when that flow run
+    logged none (the reason is logged): a final run this search adopted before, its version
+    still registered, is found by `registered_final_run` before anything is trained."""
     client = MlflowClient(config.tracking_uri)
     of_flow_run = f"tags.`prefect.flow_run_id` = '{flow_run_id}'"
     runs = client.search_runs(
         _experiments(client, config), f"{of_flow_run} and tags.kind = '{TRAINING_RUN}'"
     )
     if not runs:
-        facts = registered_final_run(config, parent_run_id, trial_number)
-        if not facts:
-            logger.warning(
-                "flow run %s logged no MLflow run (its training was reused from the cache of "
-                "an earlier summit/train run): see that flow run for the model version",
-                flow_run_id,
-            )
-        return facts
+        logger.warning(
+            "flow run %s logged no MLflow run (its training was reused from the cache of "
+            "an earlier summit/train run): see that flow run for the model version",
+            flow_run_id,
+        )
+        return {}
     run_id = runs[0].info.run_id
     client.set_tag(run_id, "mlflow.parentRunId", parent_run_id)
     client.set_tag(run_id, TAG_ROLE, "final")
