@@ -250,8 +250,13 @@ class Preprocessor:
         keys, values, days_before, day_of_year = window_tensors(windows)
         index = _window_index(features, keys, window_key)
         weather_mean, weather_std = self.weather.arrays(WEATHER_CHANNELS)
-        weather = (values[index] - weather_mean) / weather_std
+        # (rows, 26, channels): the rows' copy of their windows, standardised and zero-filled
+        # in place (the weather is most of the arrays: no temporary copies of it)
+        weather = values[index]
+        weather -= weather_mean
+        weather /= weather_std
         weather_missing = np.isnan(weather)
+        weather[weather_missing] = 0.0
 
         label = (
             features["label"].cast(pl.Float32).to_numpy()
@@ -264,7 +269,7 @@ class Preprocessor:
             categorical=categorical.astype(np.int64),
             binary=np.where(binary_missing, 0, binary_raw).astype(np.int64),
             binary_missing=binary_missing,
-            weather=np.where(weather_missing, 0.0, weather).astype(np.float32),
+            weather=weather.astype(np.float32),
             weather_missing=weather_missing,
             days_before=days_before[index].astype(np.float32),
             day_of_year=day_of_year[index].astype(np.float32),
