@@ -4,6 +4,7 @@ import os
 import shutil
 import sys
 import tempfile
+from typing import Any
 
 import pytest
 from session_shared import SHARED_DIR_VARIABLE
@@ -37,13 +38,54 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         shutil.rmtree(os.environ.pop(SHARED_DIR_VARIABLE), ignore_errors=True)
 
 
+# The modules that share the session's `services_stack` (tests/services_fixtures.py): handed
+# to one worker as one unit, so the session starts one stack, not one on each worker that
+# happens to get one of them (an `up` costs about 25 s of CPU, and an idle stack 4 s a minute
+# until the session ends).
+SHARED_STACK_UNIT = "services_stack"
+SHARED_STACK_MODULES = frozenset(
+    {
+        "tests/flows/test_handover.py",
+        "tests/flows/test_tune_storage.py",
+        "tests/services/test_alerts.py",
+        "tests/services/test_deploy.py",
+        "tests/services/test_supervisor.py",
+    }
+)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The modules marked `long` first, the others after them in their own order. `make test`
     hands whole modules to its workers in this order (`--no-loadscope-reorder`): the short
     ones then fill the end of the run on both workers. xdist's own order, most tests first,
     left the one-test modules of a minute or two to the end, on one worker while the other
     had nothing left to do."""
+    unlisted = {
+        item.nodeid.split("::")[0]
+        for item in items
+        if "services_stack" in getattr(item, "fixturenames", ())
+    } - SHARED_STACK_MODULES
+    if unlisted:
+        raise pytest.UsageError(
+            f"{sorted(unlisted)} use services_stack: add them to SHARED_STACK_MODULES"
+        )
     items.sort(key=lambda item: item.get_closest_marker("long") is None)
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist, absent with -p no:xdist
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """With `--dist loadfile`: each module a unit of work, as xdist makes them, except the
+    modules of SHARED_STACK_MODULES, which are one unit."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SharedStackTogether(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = super()._split_scope(nodeid)
+            return SHARED_STACK_UNIT if module in SHARED_STACK_MODULES else module
+
+    return SharedStackTogether(config, log)
 
 
 @pytest.fixture(scope="module", autouse=True)
