@@ -40,9 +40,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 # The modules that share the session's `services_stack` (tests/services_fixtures.py): handed
 # to one worker as one unit, so the session starts one stack, not one on each worker that
-# happens to get one of them (an `up` costs about 25 s of CPU, and an idle stack 4 s a minute
-# until the session ends).
-SHARED_STACK_UNIT = "services_stack"
+# happens to get one of them (an `up` and its `down` cost about 28 s of CPU, and an idle
+# stack 4 s a minute until the session ends).
+SHARED_STACK_FIXTURE = "services_stack"
 SHARED_STACK_MODULES = frozenset(
     {
         "tests/flows/test_handover.py",
@@ -59,15 +59,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     hands whole modules to its workers in this order (`--no-loadscope-reorder`): the short
     ones then fill the end of the run on both workers. xdist's own order, most tests first,
     left the one-test modules of a minute or two to the end, on one worker while the other
-    had nothing left to do."""
+    had nothing left to do. A module that uses the shared stack without being listed in
+    SHARED_STACK_MODULES stops the collection: on a worker of its own it would start a second
+    stack."""
     unlisted = {
         item.nodeid.split("::")[0]
         for item in items
-        if "services_stack" in getattr(item, "fixturenames", ())
+        if SHARED_STACK_FIXTURE in getattr(item, "fixturenames", ())
     } - SHARED_STACK_MODULES
     if unlisted:
         raise pytest.UsageError(
-            f"{sorted(unlisted)} use services_stack: add them to SHARED_STACK_MODULES"
+            f"{sorted(unlisted)} use {SHARED_STACK_FIXTURE}: add them to SHARED_STACK_MODULES"
         )
     items.sort(key=lambda item: item.get_closest_marker("long") is None)
 
@@ -83,7 +85,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     class SharedStackTogether(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
             module = super()._split_scope(nodeid)
-            return SHARED_STACK_UNIT if module in SHARED_STACK_MODULES else module
+            return SHARED_STACK_FIXTURE if module in SHARED_STACK_MODULES else module
 
     return SharedStackTogether(config, log)
 

@@ -1,8 +1,8 @@
 """The local services (`deepsummit up`) for tests: on free ports, every file under one folder.
 
-`services_stack`: one `up` for the session, shared by tests/services/test_supervisor.py and
-tests/services/test_alerts.py (each leaves it as it found it); never the default ports, so a
-`make train` left running beside the tests changes nothing.
+`services_stack`: one `up` for the session, shared by the modules of tests/conftest.py's
+SHARED_STACK_MODULES (each leaves it as it found it; pytest-xdist hands them to one worker);
+never the default ports, so a `make train` left running beside the tests changes nothing.
 """
 
 from __future__ import annotations

@@ -108,9 +108,9 @@ def validate_frames(
         )
         run = checkpoint.run(batch_parameters={"dataframe": frame.to_pandas()})
         outcomes[suite_name] = next(iter(run.run_results.values()))
-    # Once, after every suite: the run stored each result, and one build renders them all and
-    # the index (a docs action on each checkpoint rebuilt the whole site after every suite: two
-    # thirds of an ingest's validation time).
+    # Once, after every suite: each run stored its result, and one build renders them all and
+    # the index (a docs action on each checkpoint rebuilt the whole site after every suite:
+    # about 60% of the checkpoints' time in tests/records/test_ingest.py).
     context.build_data_docs(site_names=[DOCS_SITE])
     serve_assets_locally(docs_dir)
     return {
