@@ -12,10 +12,15 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import polars as pl
+import prefect.testing.utilities
 from session_shared import made_once
 
 from deepsummit.core.config import load_settings
@@ -95,6 +100,23 @@ def _migrated_prefect_database(folder: Path) -> Path:
     env["PREFECT_HOME"] = str(folder)
     subprocess.run([sys.executable, "-c", _MIGRATE], env=env, check=True, timeout=300)
     return folder / "prefect.db"
+
+
+@contextmanager
+def prefect_test_harness() -> Iterator[None]:
+    """Prefect's test harness, its server started on a copy of `migrated_prefect_database`.
+
+    The harness makes its database in a new folder of its own (`mkdtemp`, which it also removes
+    at exit); handing it a folder that holds the copy under the harness's file name spares its
+    server the migration: 4.2 s of CPU and 4.6 s of wall time a harness (median of 4 runs each,
+    taking turns)."""
+    folder = Path(tempfile.mkdtemp())
+    shutil.copyfile(migrated_prefect_database(), folder / "prefect-test.db")
+    with (
+        mock.patch.object(prefect.testing.utilities, "mkdtemp", return_value=str(folder)),
+        prefect.testing.utilities.prefect_test_harness(server_startup_timeout=90),
+    ):
+        yield
 
 
 def as_environment(overrides: dict[str, Any], prefix: str = "DEEPSUMMIT") -> dict[str, str]:

@@ -20,12 +20,12 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from flows_fixtures import prefect_test_harness
 from prefect.client.orchestration import SyncPrefectClient, get_client
 from prefect.client.schemas.actions import DeploymentUpdate, WorkPoolCreate
 from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
 from prefect.client.schemas.objects import FlowRun
 from prefect.states import Scheduled
-from prefect.testing.utilities import prefect_test_harness
 from prefect.utilities.templating import apply_values, find_placeholders
 from prefect.workers.base import BaseJobConfiguration
 from prefect.workers.process import ProcessJobConfiguration, ProcessWorker
@@ -87,7 +87,7 @@ def _rendered(name: str, values: dict[str, Any] | None = None) -> dict[str, Any]
 
 @pytest.fixture(scope="module")
 def client() -> Iterator[SyncPrefectClient]:
-    with prefect_test_harness(server_startup_timeout=90), get_client(sync_client=True) as client:
+    with prefect_test_harness(), get_client(sync_client=True) as client:
         yield client
 
 

@@ -15,11 +15,10 @@ from typing import Any
 
 import pytest
 import yaml
-from flows_fixtures import isolated_paths
+from flows_fixtures import isolated_paths, prefect_test_harness
 from prefect import Flow
 from prefect.client.orchestration import SyncPrefectClient, get_client
 from prefect.settings import PREFECT_API_URL
-from prefect.testing.utilities import prefect_test_harness
 from remote_worker import (
     QUIET,
     WORKER_CODE_STEP,
@@ -70,7 +69,7 @@ def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwoWorkers]:
     data_file.parent.mkdir()
     data_file.write_bytes(b"the data side's warehouse")
     with (
-        prefect_test_harness(server_startup_timeout=90),
+        prefect_test_harness(),
         get_client(sync_client=True) as client,
     ):
         prefect = {"PREFECT_API_URL": PREFECT_API_URL.value()}

@@ -14,12 +14,11 @@ import numpy as np
 import pandas as pd
 import polars as pl
 import pytest
-from flows_fixtures import isolated_paths, write_bundle_slice
+from flows_fixtures import isolated_paths, prefect_test_harness, write_bundle_slice
 from mlflow import MlflowClient
 from prefect import flow
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
-from prefect.testing.utilities import prefect_test_harness
 
 from deepsummit.core.context import REGISTRY
 from deepsummit.core.inputs import Known
@@ -32,7 +31,7 @@ from deepsummit.train.registry import Candidate, TrainedModel, gate
 
 @pytest.fixture(scope="module")
 def harness() -> Iterator[None]:
-    with prefect_test_harness(server_startup_timeout=90):
+    with prefect_test_harness():
         yield
 
 

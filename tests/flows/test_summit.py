@@ -16,7 +16,7 @@ from typing import Any
 
 import polars as pl
 import pytest
-from flows_fixtures import isolated_paths, write_bundle_slice
+from flows_fixtures import isolated_paths, prefect_test_harness, write_bundle_slice
 from mlflow import MlflowClient
 from openmeteo_server import OpenMeteoServer
 from prefect import flow
@@ -32,7 +32,6 @@ from prefect.client.schemas.filters import (
 )
 from prefect.events.filters import EventFilter, EventNameFilter, EventRelatedFilter
 from prefect.states import Failed
-from prefect.testing.utilities import prefect_test_harness
 from weather_fixtures import load_mini_tables
 
 from deepsummit.core.config import Settings, load_settings
@@ -64,7 +63,7 @@ STAGES_RUN = ("ingest", "weather", "features", "train", "model_version", "drift"
 # log/event drain can hang on state other test modules left behind).
 @pytest.fixture(scope="module")
 def harness() -> Iterator[None]:
-    with prefect_test_harness(server_startup_timeout=90):
+    with prefect_test_harness():
         yield
 
 
