@@ -67,9 +67,12 @@ def isolated_paths(root: Path, *, prefect_sqlite: bool = True) -> dict[str, Any]
         "train": {"checkpoint_dir": str(root / "var/checkpoints")},
         "weather": {"cache_path": str(root / "var/cache/open-meteo")},
         "forecast": {"cache_path": str(root / "var/cache/open-meteo-forecast")},
-        # A test's deployment runs start within a second, not the product's 5. Its `up` starts
-        # no scorer (2 s of CPU each) unless it asks for one, as the end-to-end stack does.
-        "services": {"run_dir": str(root / "services"), "worker_query_s": 1.0, "scorer": False},
+        # A test's deployment runs start within 2 s, not the product's 5. A poll costs the
+        # server about 25 ms of CPU: polling each second, an idle stack took 2.9 s of CPU a
+        # minute (server and worker, from /proc over a minute), against 2.0 s every 2 s. Its
+        # `up` starts no scorer (2 s of CPU each) unless it asks for one, as the end-to-end
+        # stack does.
+        "services": {"run_dir": str(root / "services"), "worker_query_s": 2.0, "scorer": False},
     }
     if prefect_sqlite:
         database = prefect_home(load_settings(overrides=overrides)) / "prefect.db"

@@ -182,7 +182,7 @@ def test_a_running_scorer_answers_predict_and_the_command_imports_no_torch(
     assert '"POST /predict HTTP/1.1" 422' in scorer_log.read_text()
 
     # Other settings than the scorer's: it declines, and the command answers itself.
-    other = deep_merge(with_scorer, {"services": {"worker_query_s": 2.0}})
+    other = deep_merge(with_scorer, {"services": {"worker_query_s": 3.0}})
     itself = cli(other, "predict", *EVEREST_OPTIONS, "--nationality", "USA", "--json")
     assert '"POST /predict HTTP/1.1" 409' in scorer_log.read_text()
     assert json.loads(itself.stdout) == document
