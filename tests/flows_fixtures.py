@@ -106,7 +106,7 @@ def _migrated_prefect_database(folder: Path) -> Path:
 
 
 @contextmanager
-def prefect_test_harness() -> Iterator[None]:
+def migrated_prefect_harness() -> Iterator[None]:
     """Prefect's test harness, its server started on a copy of `migrated_prefect_database`.
 
     The harness makes its database in a new folder of its own (`mkdtemp`, which it also removes

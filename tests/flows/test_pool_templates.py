@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from flows_fixtures import prefect_test_harness
+from flows_fixtures import migrated_prefect_harness
 from prefect.client.orchestration import SyncPrefectClient, get_client
 from prefect.client.schemas.actions import DeploymentUpdate, WorkPoolCreate
 from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
@@ -87,7 +87,7 @@ def _rendered(name: str, values: dict[str, Any] | None = None) -> dict[str, Any]
 
 @pytest.fixture(scope="module")
 def client() -> Iterator[SyncPrefectClient]:
-    with prefect_test_harness(), get_client(sync_client=True) as client:
+    with migrated_prefect_harness(), get_client(sync_client=True) as client:
         yield client
 
 

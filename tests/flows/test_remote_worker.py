@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
-from flows_fixtures import isolated_paths, prefect_test_harness
+from flows_fixtures import isolated_paths, migrated_prefect_harness
 from prefect import Flow
 from prefect.client.orchestration import SyncPrefectClient, get_client
 from prefect.settings import PREFECT_API_URL
@@ -69,7 +69,7 @@ def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwoWorkers]:
     data_file.parent.mkdir()
     data_file.write_bytes(b"the data side's warehouse")
     with (
-        prefect_test_harness(),
+        migrated_prefect_harness(),
         get_client(sync_client=True) as client,
     ):
         prefect = {"PREFECT_API_URL": PREFECT_API_URL.value()}

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import polars as pl
 import pytest
-from flows_fixtures import isolated_paths, prefect_test_harness, write_bundle_slice
+from flows_fixtures import isolated_paths, migrated_prefect_harness, write_bundle_slice
 from mlflow import MlflowClient
 from prefect import flow
 from prefect.client.orchestration import get_client
@@ -31,7 +31,7 @@ from deepsummit.train.registry import Candidate, TrainedModel, gate
 
 @pytest.fixture(scope="module")
 def harness() -> Iterator[None]:
-    with prefect_test_harness():
+    with migrated_prefect_harness():
         yield
 
 

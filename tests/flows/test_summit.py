@@ -16,7 +16,7 @@ from typing import Any
 
 import polars as pl
 import pytest
-from flows_fixtures import isolated_paths, prefect_test_harness, write_bundle_slice
+from flows_fixtures import isolated_paths, migrated_prefect_harness, write_bundle_slice
 from mlflow import MlflowClient
 from openmeteo_server import OpenMeteoServer
 from prefect import flow
@@ -63,7 +63,7 @@ STAGES_RUN = ("ingest", "weather", "features", "train", "model_version", "drift"
 # log/event drain can hang on state other test modules left behind).
 @pytest.fixture(scope="module")
 def harness() -> Iterator[None]:
-    with prefect_test_harness():
+    with migrated_prefect_harness():
         yield
 
 
