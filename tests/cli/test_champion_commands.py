@@ -182,7 +182,8 @@ def test_a_running_scorer_answers_predict_and_the_command_imports_no_torch(
     assert '"POST /predict HTTP/1.1" 422' in scorer_log.read_text()
 
     # Other settings than the scorer's: it declines, and the command answers itself.
-    other = deep_merge(with_scorer, {"services": {"worker_query_s": 3.0}})
+    polled_less = with_scorer["services"]["worker_query_s"] + 1.0
+    other = deep_merge(with_scorer, {"services": {"worker_query_s": polled_less}})
     itself = cli(other, "predict", *EVEREST_OPTIONS, "--nationality", "USA", "--json")
     assert '"POST /predict HTTP/1.1" 409' in scorer_log.read_text()
     assert json.loads(itself.stdout) == document
