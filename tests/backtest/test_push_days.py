@@ -11,6 +11,7 @@ import polars as pl
 from deepsummit.backtest.push_days import (
     climatology,
     daily_scores,
+    decision_auc,
     eligible_peak_seasons,
     season_skill,
     summarise,
@@ -29,6 +30,7 @@ def test_a_score_that_follows_the_summiters_has_spearman_one_and_hits() -> None:
         {
             "smtdate": days(8),
             "summiters": summiters,
+            "pushes": np.array(summiters) + 2,
             "follows": np.array(summiters) + 0.5,
             "opposite": -np.array(summiters, dtype=float),
             "flat": np.ones(8),
@@ -40,6 +42,9 @@ def test_a_score_that_follows_the_summiters_has_spearman_one_and_hits() -> None:
     assert np.isnan(skill.spearman["flat"])  # a model that cannot tell days apart
     assert skill.hit["follows"] and not skill.hit["opposite"]
     assert (skill.days, skill.summit_days, skill.summiters) == (8, 5, 47)
+    # Two failed pushes a day: the days with more summiters are the better days to push.
+    assert skill.decision["follows"] > 0.5 > skill.decision["opposite"]
+    assert skill.decision["flat"] == 0.5  # every push on a day rated alike
 
 
 def test_climatology_puts_its_weight_on_the_days_earlier_years_summited() -> None:
@@ -81,6 +86,16 @@ def test_daily_scores_count_summiters_and_average_members() -> None:
     daily = daily_scores(candidates, actual, ("model",))
     assert np.allclose(daily["model"].to_numpy(), [0.3, 0.7])
     assert daily["summiters"].to_list() == [0, 3]
+    assert daily["pushes"].to_list() == [1, 3]
+
+
+def test_the_decision_auc_asks_whether_pushes_on_higher_rated_days_succeeded_more() -> None:
+    summiters, pushes = np.array([0.0, 1, 2]), np.array([2.0, 2, 2])
+    # Successes on days 2, 2, 3; failures on days 1, 1, 2: of the 9 pairs, 8 have the success
+    # on the higher-rated day and one shares day 2 (half).
+    assert np.isclose(decision_auc(np.array([1.0, 2, 3]), summiters, pushes), 8.5 / 9)
+    assert np.isclose(decision_auc(np.array([3.0, 2, 1]), summiters, pushes), 0.5 / 9)
+    assert np.isnan(decision_auc(np.array([1.0, 2, 3]), summiters, summiters))  # no failure
 
 
 def test_the_mean_skips_seasons_a_model_cannot_rank_and_pairs_the_differences() -> None:
@@ -92,13 +107,16 @@ def test_the_mean_skips_seasons_a_model_cannot_rank_and_pairs_the_differences() 
             {
                 "smtdate": days(6),
                 "summiters": summiters,
+                "pushes": np.array(summiters) + 3,
                 "model": np.array(summiters) + rng.normal(0, noise + 1e-9, 6),
                 "baseline": rng.normal(size=6),
             }
         )
         seasons.append(season_skill(daily, ("model", "baseline"), ("EVER", year, "Spring")))
-    flat = pl.DataFrame({"smtdate": days(6), "summiters": summiters, "model": 1.0,
-                         "baseline": np.arange(6.0)})  # fmt: skip
+    flat = pl.DataFrame(
+        {"smtdate": days(6), "summiters": summiters, "pushes": np.array(summiters) + 3,
+         "model": 1.0, "baseline": np.arange(6.0)}
+    )  # fmt: skip
     seasons.append(season_skill(flat, ("model", "baseline"), ("EVER", 2019, "Spring")))
     skill = summarise(seasons, ("model", "baseline"))
     usable = seasons[:3]
@@ -111,6 +129,14 @@ def test_the_mean_skips_seasons_a_model_cannot_rank_and_pairs_the_differences() 
     )
     assert difference.low <= difference.estimate <= difference.high
     assert len(skill.seasons) == 4  # the flat season is listed, not averaged
+    # The flat model's decision AUC is defined (one half: every day rated alike), so the decision
+    # mean counts all four seasons.
+    decisions = [s.decision["model"] for s in seasons]
+    assert np.isclose(skill.mean_decision["model"].estimate, np.mean(decisions))
+    assert np.isclose(
+        skill.decision_differences["model − baseline"].estimate,
+        np.mean(decisions) - np.mean([s.decision["baseline"] for s in seasons]),
+    )
 
 
 def test_eligible_peak_seasons_need_weather_and_enough_summiters_in_the_held_out_years() -> None:

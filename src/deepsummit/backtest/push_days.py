@@ -1,5 +1,5 @@
 """Push-day skill: across a held-out season's days, does the model's P follow the days people
-actually summited?
+actually summited, and did the pushes on the days it rates higher succeed more often?
 
 For each held-out peak-season with enough summiters, the season's real members (as recorded:
 their team, their plan, their base-camp arrival) are scored on every day from the season's
@@ -10,13 +10,20 @@ source (the one it was trained on); the product's outlook reads a forecast.
 
 Each day's score is the mean P of the season's members on that day. Against the summiters per
 day it gives a Spearman correlation, and a hit when the highest-scored day is a day someone
-summited. The baselines: the same model with the weather masked, the climatology of summit days
-(how many summits each day of the year saw on the peak in that season in earlier years,
-smoothed), and LightGBM on the same rows.
+summited. Both follow the crowd: most summits fall on the days most people push. The decision
+the outlook serves is judged apart: within the peak-season, did the pushes made on days the
+model rates higher succeed more often than those made on days it rates lower? That is the AUC
+of each recorded push's success by its day's score (`decision_auc`; a push is a member on
+their expedition's summit date), set against the calendar's own rating of the same days.
+
+The references: the same model with the weather masked, the climatology of summit days (how
+many summits each day of the year saw on the peak in that season in earlier years, smoothed),
+and the trees on the same rows.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import duckdb
@@ -134,19 +141,35 @@ class SeasonSkill:
     summiters: int
     spearman: dict[str, float]  # per model; NaN where a model scores every day the same
     hit: dict[str, bool]  # per model: its best day saw a summit
+    # Per model: the AUC of the pushes' success by their day's score; NaN where every push of
+    # the season succeeded or every one failed.
+    decision: dict[str, float]
+
+
+def decision_auc(scores: np.ndarray, summiters: np.ndarray, pushes: np.ndarray) -> float:
+    """The chance that a push that succeeded fell on a day scored higher than one that failed,
+    ties counting half; per day: its score, its summiters and its pushes (summiters included)."""
+    failures = pushes - summiters
+    if summiters.sum() == 0 or failures.sum() == 0:
+        return float("nan")
+    above = np.sign(scores[:, None] - scores[None, :]) * 0.5 + 0.5  # 1, ½ on a tie, 0
+    return float(summiters @ above @ failures / (summiters.sum() * failures.sum()))
 
 
 def season_skill(
     daily: pl.DataFrame, models: tuple[str, ...], peak_season: tuple[str, int, str]
 ) -> SeasonSkill:
-    """`daily`: one row per candidate day (smtdate, summiters, one score column per model)."""
+    """`daily`: one row per candidate day (smtdate, summiters, pushes, one score column per
+    model)."""
     summiters = daily["summiters"].to_numpy().astype(np.float64)
-    spearman, hit = {}, {}
+    pushes = daily["pushes"].to_numpy().astype(np.float64)
+    spearman, hit, decision = {}, {}, {}
     for model in models:
         scores = daily[model].to_numpy()
         constant = np.ptp(scores) == 0 or np.ptp(summiters) == 0
         spearman[model] = float("nan") if constant else float(spearmanr(scores, summiters)[0])
         hit[model] = bool(summiters[int(np.argmax(scores))] > 0)
+        decision[model] = decision_auc(scores, summiters, pushes)
     return SeasonSkill(
         *peak_season,
         days=daily.height,
@@ -154,6 +177,7 @@ def season_skill(
         summiters=int(summiters.sum()),
         spearman=spearman,
         hit=hit,
+        decision=decision,
     )
 
 
@@ -161,16 +185,14 @@ def daily_scores(
     scored: pl.DataFrame, actual: pl.DataFrame, models: tuple[str, ...]
 ) -> pl.DataFrame:
     """Per peak-season and candidate day: each model's mean P over the members, and the
-    summiters recorded that day (0 on a day nobody summited)."""
+    pushes and summiters recorded that day (0 on a day nobody pushed)."""
     means = scored.group_by(*PEAK_SEASON, "smtdate").agg(pl.col(m).mean() for m in models)
-    summits = (
-        actual.filter(pl.col("label") == 1)
-        .group_by(*PEAK_SEASON, "smtdate")
-        .agg(summiters=pl.len())
+    recorded = actual.group_by(*PEAK_SEASON, "smtdate").agg(
+        pushes=pl.len(), summiters=pl.col("label").cast(pl.Int64).sum()
     )
     return (
-        means.join(summits, on=[*PEAK_SEASON, "smtdate"], how="left")
-        .with_columns(pl.col("summiters").fill_null(0))
+        means.join(recorded, on=[*PEAK_SEASON, "smtdate"], how="left")
+        .with_columns(pl.col("pushes", "summiters").fill_null(0))
         .sort(*PEAK_SEASON, "smtdate")
     )
 
@@ -182,6 +204,10 @@ class PushDaySkill:
     mean_spearman: dict[str, Interval]  # over the seasons, bootstrap over seasons
     hit_rate: dict[str, Interval]
     differences: dict[str, Interval]  # first − other, mean Spearman, paired
+    # The mean decision AUC over the seasons where every model's is defined, and first − other
+    # of it, paired.
+    mean_decision: dict[str, Interval]
+    decision_differences: dict[str, Interval]
 
     def metrics(self) -> dict[str, float]:
         values: dict[str, float] = {}
@@ -189,13 +215,44 @@ class PushDaySkill:
             key = slug(name)
             values |= self.mean_spearman[name].as_dict(f"push_day_{key}_spearman")
             values |= self.hit_rate[name].as_dict(f"push_day_{key}_hit_rate")
-        return values | difference_metrics(self.differences, "push_day_spearman_difference_")
+            values |= self.mean_decision[name].as_dict(f"push_day_{key}_decision_auc")
+        return (
+            values
+            | difference_metrics(self.differences, "push_day_spearman_difference_")
+            | difference_metrics(self.decision_differences, "push_day_decision_auc_difference_")
+        )
 
 
 def summarise(seasons: list[SeasonSkill], models: tuple[str, ...]) -> PushDaySkill:
-    """Means over the peak-seasons whose Spearman every model defines, with a bootstrap over
-    those seasons (paired: one set of draws for every model)."""
-    usable = [s for s in seasons if not any(np.isnan(v) for v in s.spearman.values())]
+    """Means over the peak-seasons whose figure every model defines (the Spearman and the hit;
+    the decision AUC), with a bootstrap over those seasons (paired: one set of draws for every
+    model)."""
+    spearman, spearman_gap = _means(seasons, models, lambda s, m: s.spearman[m])
+    hits, _ = _means(
+        seasons, models, lambda s, m: float(s.hit[m]), defined_by=lambda s, m: s.spearman[m]
+    )
+    decision, decision_gap = _means(seasons, models, lambda s, m: s.decision[m])
+    return PushDaySkill(
+        models=models,
+        seasons=tuple(seasons),
+        mean_spearman=spearman,
+        hit_rate=hits,
+        differences=spearman_gap,
+        mean_decision=decision,
+        decision_differences=decision_gap,
+    )
+
+
+def _means(
+    seasons: list[SeasonSkill],
+    models: tuple[str, ...],
+    figure: Callable[[SeasonSkill, str], float],
+    defined_by: Callable[[SeasonSkill, str], float] | None = None,
+) -> tuple[dict[str, Interval], dict[str, Interval]]:
+    """Each model's mean `figure` over the seasons where every model's `defined_by` (the figure
+    itself by default) is defined, and the first model's paired differences to the others."""
+    defined = defined_by or figure
+    usable = [s for s in seasons if not any(np.isnan(defined(s, m)) for m in models)]
     n = len(usable)
     draws = np.random.default_rng(SEED).integers(0, max(n, 1), size=(REPLICATES, n))
 
@@ -204,16 +261,12 @@ def summarise(seasons: list[SeasonSkill], models: tuple[str, ...]) -> PushDaySki
             return Interval(float("nan"), float("nan"), float("nan"))
         return interval(float(values.mean()), values[draws].mean(axis=1))
 
-    spearman = {m: np.array([s.spearman[m] for s in usable]) for m in models}
-    hits = {m: np.array([float(s.hit[m]) for s in usable]) for m in models}
+    values = {m: np.array([figure(s, m) for s in usable]) for m in models}
     first, *others = models
-    return PushDaySkill(
-        models=models,
-        seasons=tuple(seasons),
-        mean_spearman={m: mean_with_interval(spearman[m]) for m in models},
-        hit_rate={m: mean_with_interval(hits[m]) for m in models},
-        differences={
-            difference_name(first, other): mean_with_interval(spearman[first] - spearman[other])
+    return (
+        {m: mean_with_interval(values[m]) for m in models},
+        {
+            difference_name(first, other): mean_with_interval(values[first] - values[other])
             for other in others
         },
     )

@@ -132,15 +132,18 @@ def _push_day_lines(report: BacktestReport) -> list[str]:
         "",
         "### Push-day skill (held-out peak-seasons, archive weather as a perfect forecast)",
         "",
-        "| model | mean Spearman (P per day vs summiters per day) | best day hit a summit day |",
-        "| --- | --- | --- |",
+        "| model | mean Spearman (P per day vs summiters per day) | best day hit a summit day "
+        "| decision AUC (pushes' success by their day's P) |",
+        "| --- | --- | --- | --- |",
         *(
-            f"| {m} | {skill.mean_spearman[m].render()} | {skill.hit_rate[m].render(2)} |"
+            f"| {m} | {skill.mean_spearman[m].render()} | {skill.hit_rate[m].render(2)} "
+            f"| {skill.mean_decision[m].render()} |"
             for m in skill.models
         ),
         "",
         *(
-            f"- {name}: {diff.render(3)} (paired over seasons)"
+            f"- {name}: Spearman {diff.render(3)}, decision AUC "
+            f"{skill.decision_differences[name].render(3)} (paired over seasons)"
             for name, diff in skill.differences.items()
         ),
         "",
