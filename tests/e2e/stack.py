@@ -28,10 +28,11 @@ COMMAND_TIMEOUT_S = 600
 # How often a run's state or its events are asked for: a wait loses half of it on average.
 POLL_S = 0.5
 # The chain trains the default profile's network, judged against its baselines with the tiny
-# profile's boosting budgets: the trees are still trained and judged, in about 3 s of CPU on
-# the slice instead of about 20 s (CatBoost's 200 rounds alone are 14 s).
-_TINY = load_settings("tiny").train
-TREE_BUDGETS = {"lightgbm_rounds": _TINY.lightgbm_rounds, "catboost_rounds": _TINY.catboost_rounds}
+# profile's boosting budgets: the trees are still counted, mapped, refit and judged, in seconds
+# of CPU on the slice.
+TREE_BUDGETS = load_settings("tiny").baselines.model_dump(
+    include={"max_rounds", "patience", "seeds"}
+)
 
 
 class Stack:
@@ -44,7 +45,7 @@ class Stack:
         overrides["services"].update(
             prefect_port=free_port(), mlflow_port=free_port(), scorer_port=free_port()
         )
-        overrides["train"] |= TREE_BUDGETS
+        overrides["baselines"] = TREE_BUDGETS
         mlflow_url = f"http://127.0.0.1:{overrides['services']['mlflow_port']}"
         overrides["mlflow"] = {"tracking_uri": mlflow_url}
         overrides = deep_merge(overrides, extra or {})

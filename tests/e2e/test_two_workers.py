@@ -93,7 +93,7 @@ def two_workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwoWorkers
             }
             worker_settings = {
                 "mlflow": {"tracking_uri": stack.settings.mlflow.tracking_uri},
-                "train": TREE_BUDGETS,  # the training machine's own settings, as the stack's
+                "baselines": TREE_BUDGETS,  # the training machine's own settings, as the stack's
             }
             with remote_worker(
                 GPU_POOL, remote_root, worker_env, worker_settings, hidden=[stack.root]

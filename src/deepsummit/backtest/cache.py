@@ -27,9 +27,10 @@ from deepsummit.core.sections import TrainConfig
 from deepsummit.train.recipe import CheckInputs, MemberCheck
 from deepsummit.train.trainer import TrainingSummary, training_knobs
 
-# The training settings the baselines read.
+# The training settings the baselines read besides their own (the map's, the member check's).
 BASELINE_SETTINGS = {
-    "seed", "max_train_rows", "recency_half_life", "lightgbm_rounds", "catboost_rounds",
+    "seed", "max_train_rows", "recency_half_life", "member_check_years", "calibration",
+    "calibration_shifts_by", "calibration_shift_penalty",
 }  # fmt: skip
 
 
@@ -47,6 +48,8 @@ def baselines_key(settings: Settings, snapshot: Path) -> str:
             "snapshot": preprocessing["extra"]["snapshot_digest"],
             "inputs": settings.features.model_inputs().names,
             "train": settings.train.model_dump(mode="json", include=BASELINE_SETTINGS),
+            "baselines": settings.baselines.result_settings(),
+            "ensemble_members": settings.train.seeds * settings.model.ensemble_size,
             "folds": settings.backtest.model_dump(mode="json", include={"push_day_min_summiters"}),
             "served": "every season before the test year",
         }

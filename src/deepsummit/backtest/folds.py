@@ -19,12 +19,13 @@ import polars as pl
 from deepsummit.contracts.arrays import FeatureArrays
 from deepsummit.contracts.preprocessing import Preprocessor
 from deepsummit.core.sections import BacktestConfig
+from deepsummit.train.baseline_protocol import Stopping, stopping_rows
 from deepsummit.train.recipe import (
     CheckInputs,
     Recipe,
     check_inputs,
-    member_years,
     preprocessing_for,
+    record_years,
     training_arrays,
 )
 
@@ -58,6 +59,7 @@ class FoldJob:
     day_rows: pl.DataFrame  # the test year's push-day candidates (one per member and day)
     day_arrays: FeatureArrays
     check: CheckInputs
+    stopping: Stopping  # the rows the baselines count their rounds on
 
 
 def cannot_train(fold: Fold, features: pl.DataFrame, recipe: Recipe) -> str | None:
@@ -67,7 +69,7 @@ def cannot_train(fold: Fold, features: pl.DataFrame, recipe: Recipe) -> str | No
         return "no test rows"
     if before["label"].n_unique() < 2:
         return "the rows before it have fewer than two outcomes"
-    years = member_years(features, fold.test_year - 1, recipe.training.member_check_years)
+    years = record_years(features, fold.test_year - 1, recipe.training.member_check_years)
     judged = before.filter(pl.col("year").is_in(years) & (pl.col("record") == "member"))
     trained = before.filter(pl.col("year") < min(years, default=fold.test_year))
     if judged["label"].n_unique() < 2 or trained["label"].n_unique() < 2:
@@ -89,6 +91,7 @@ def fold_job(
     before = features.filter(pl.col("year") < fold.test_year)
     test_rows = features.filter(pl.col("year") == fold.test_year)
     preprocessor = preprocessing_for(template, before, windows)
+    check = check_inputs(recipe, features, windows, template, fold.test_year - 1)
     return FoldJob(
         fold,
         before,
@@ -100,5 +103,6 @@ def fold_job(
         },
         day_rows,
         preprocessor.transform(day_rows, day_windows),
-        check_inputs(recipe, features, windows, template, fold.test_year - 1),
+        check,
+        stopping_rows(before, windows, template, test_rows, check, recipe.training),
     )

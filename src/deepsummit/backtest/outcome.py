@@ -1,9 +1,9 @@
 """One fold scored: every model's answer on the test year's rows and push days, as served.
 
-The transformer answers through the map fitted on its member check; the baselines, trained on
-the same rows as the transformer, answer with their own probabilities. Each held-out row keeps
-both of the transformer's answers (`raw_transformer`: without the map), so the report shows
-what the map does.
+Every model answers through the map fitted on its member check: the transformer's, and each
+baseline's, trained on the same rows through the same protocol (deepsummit/train/
+baseline_protocol.py). Each held-out row keeps each model's answer without its map too
+(`raw_<model>`), so the report shows what the maps do.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from deepsummit.backtest.answers import FoldAnswers
 from deepsummit.backtest.folds import Fold, FoldJob
 from deepsummit.backtest.push_days import PEAK_SEASON
 from deepsummit.core.config import Settings
-from deepsummit.core.sections import TrainConfig
 from deepsummit.serve.inference import ensemble_logit, ensemble_probability
-from deepsummit.train.baselines import CATBOOST, LIGHTGBM, LOGISTIC, run_baselines
-from deepsummit.train.comparison import TRANSFORMER
+from deepsummit.train.baseline_protocol import baseline_seeds, run_baselines
+from deepsummit.train.baselines import CATBOOST, LIGHTGBM, LOGISTIC
+from deepsummit.train.comparison import TRANSFORMER, logit
 from deepsummit.train.recipe import fit_calibrator
 
 MODELS = (TRANSFORMER, LIGHTGBM, CATBOOST, LOGISTIC)
@@ -47,10 +47,12 @@ class FoldOutcome:
 
 @dataclass(frozen=True)
 class Scores:
-    """One model's own probabilities on a fold's test rows and push-day candidates."""
+    """One model's own probabilities on a fold's test rows and push-day candidates, and its
+    answer on the test rows as served (through its map)."""
 
     test: np.ndarray
     push_days: np.ndarray
+    served: np.ndarray
 
 
 def fold_outcome(
@@ -59,19 +61,22 @@ def fold_outcome(
     """A trained fold scored (see the module docstring); the baselines trained here, or read
     from `baselines` when an earlier run trained them."""
     calibrator = fit_calibrator(settings.train, ensemble_logit(answers.check), job.check.members)
+    transformer = calibrator.probabilities(ensemble_logit(answers.test), job.test_rows)
     scores = {
         TRANSFORMER: Scores(
-            ensemble_probability(answers.test), ensemble_probability(answers.push_days)
+            ensemble_probability(answers.test),
+            ensemble_probability(answers.push_days),
+            transformer,
         ),
         # Only its push days are scored: the days' ranking with the weather masked.
         WEATHER_MASKED: Scores(
             ensemble_probability(answers.test),
             ensemble_probability(answers.push_days_without_weather),
+            transformer,
         ),
-        **baseline_scores(job, settings.train, baselines / job.fold.name),
+        **baseline_scores(job, settings, baselines / job.fold.name),
     }
-    served = {name: scores[name].test for name in MODELS}
-    served[TRANSFORMER] = calibrator.probabilities(ensemble_logit(answers.test), job.test_rows)
+    served = {name: scores[name].served for name in MODELS}
     members = calibrator.probabilities(answers.test, job.test_rows)
     held_out = job.test_rows.select(HELD_OUT_KEYS).with_columns(
         **{f"raw_{name}": pl.Series(scores[name].test) for name in MODELS},
@@ -94,9 +99,10 @@ def fold_outcome(
     return FoldOutcome(job.fold, held_out, push_days, summary, cached=False)
 
 
-def baseline_scores(job: FoldJob, config: TrainConfig, directory: Path) -> dict[str, Scores]:
+def baseline_scores(job: FoldJob, settings: Settings, directory: Path) -> dict[str, Scores]:
     """The baselines' scores of the fold: read from `directory` when an earlier run computed
-    them, else trained on the fold's rows before its test year and written there."""
+    them, else trained on the fold's rows before its test year through the protocol and
+    written there."""
     parts = [f.name for f in dataclasses.fields(Scores)]
     cache = directory.with_suffix(".npz")
     if cache.exists():
@@ -104,10 +110,25 @@ def baseline_scores(job: FoldJob, config: TrainConfig, directory: Path) -> dict[
             return {
                 name: Scores(*(saved[f"{name}/{part}"] for part in parts)) for name in BASELINES
             }
+    members = settings.train.seeds * settings.model.ensemble_size
     models = run_baselines(
-        job.arrays["train"], job.arrays["test"], job.preprocessor.categorical_cardinalities, config
+        job.arrays["train"],
+        job.arrays["test"],
+        job.preprocessor.categorical_cardinalities,
+        job.stopping,
+        job.check,
+        settings.baselines,
+        settings.train,
+        baseline_seeds(settings.baselines, members),
     )
-    scores = {m.name: Scores(m.test, m.predict(job.day_arrays)) for m in models}
+    scores = {
+        m.name: Scores(
+            m.test,
+            m.predict(job.day_arrays),
+            m.calibrator.probabilities(logit(m.test), job.test_rows),
+        )
+        for m in models
+    }
     cache.parent.mkdir(parents=True, exist_ok=True)
     partial = cache.with_suffix(".partial.npz")
     np.savez(

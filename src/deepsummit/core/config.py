@@ -23,6 +23,7 @@ from pydantic import (
     model_validator,
 )
 
+from deepsummit.core.baseline_sections import BaselinesConfig
 from deepsummit.core.sections import (
     AlertsConfig,
     BacktestConfig,
@@ -65,6 +66,7 @@ class Settings(Section):
     # setting (ModelConfig.INPUT_DIMENSIONS).
     model: ModelConfig = Field(default_factory=ModelConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
+    baselines: BaselinesConfig = Field(default_factory=BaselinesConfig)
     mlflow: MlflowConfig = Field(default_factory=MlflowConfig)
     services: ServicesConfig = Field(default_factory=ServicesConfig)
     alerts: AlertsConfig = Field(default_factory=AlertsConfig)

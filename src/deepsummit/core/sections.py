@@ -344,10 +344,6 @@ class TrainConfig(Section):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     num_threads: int | None = None  # torch intra-op threads; None = torch's default
     max_train_rows: int | None = None  # a slice for quick runs and tests; None = all
-    # The tree baselines' boosting rounds: a fixed budget, as the transformer's epochs are,
-    # chosen on the backtest's folds before its scored ones (bench/tree_budgets.py).
-    lightgbm_rounds: int = Field(300, ge=1)
-    catboost_rounds: int = Field(200, ge=1)
     # The member check (deepsummit/train/recipe.py): the newest years of members' own records
     # before a model's held-out seasons, answered by the recipe trained on the years before
     # them; the calibration map is fitted there (and a recipe that keeps its best epoch counts

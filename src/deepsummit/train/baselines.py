@@ -1,24 +1,22 @@
-"""What a practitioner would use instead: logistic regression, LightGBM and CatBoost on the same
-inputs.
+"""What a practitioner would use instead: logistic regression, LightGBM and CatBoost, each fitted
+as its library fits it best, at the settings its own search chose (`baselines` settings).
 
-Each sees exactly what the transformer sees, from the same `FeatureArrays` of the same split:
-the numeric features with their missing flags, the categoricals (one-hot for the linear model,
-native categorical handling for the trees: LightGBM's categorical splits, CatBoost's ordered
-target statistics), the binaries with missing flags, the 26×16 weather window flattened, and
-the calendar position of the attempt day. The trees get missing values as NaN (they learn where
-they go); the linear model gets the arrays' zeros plus explicit missing indicators.
+Each reads the transformer's `FeatureArrays` of the same rows:
+- the logistic regression: the numeric features (zeros where missing) with missing flags, the
+  categoricals one-hot, the binaries with missing flags, the weather window flattened with its
+  flags, and the attempt day's position on the circle of the year;
+- the trees: missing values as missing (NaN: each split learns where they go, so an expedition
+  record's absent member columns are told apart from any member's), the categoricals as the
+  library's own categorical splits (LightGBM's) or ordered target statistics (CatBoost's), and
+  the weather window flattened where their settings keep it.
 
-Each is trained as the transformer's recipe is: on every season before the seasons it answers,
-for a fixed budget (the trees' boosting rounds, `train.lightgbm_rounds` and
-`train.catboost_rounds`, chosen by the backtest: bench/tree_budgets.py), and it answers with its
-own probabilities. Early stopping on a validation split would stop them on the seasons before
-the test split, which in the bundle hold expedition records only: a member's own inputs are
-missing there, so the trees stopped after a few rounds and barely moved with the member.
+A tree's rounds are no setting: `fit` counts them on validation rows by early stopping, or
+trains the count it is given. How each held-out check chooses and refits is
+deepsummit/train/baseline_protocol.py.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -31,27 +29,27 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import OneHotEncoder, StandardScaler
 
 from deepsummit.contracts.arrays import FeatureArrays
-from deepsummit.core.sections import TrainConfig
-from deepsummit.train.trainer import training_slice
+from deepsummit.contracts.calibration import Calibrator
+from deepsummit.core.baseline_sections import BaselinesConfig, CatBoostConfig, LightGBMConfig
 
 ATTEMPT_DAY_TOKEN = 6  # the daily token of day D (tokens 0–6 are D-6 … D)
 LOGISTIC, LIGHTGBM, CATBOOST = "logistic regression", "LightGBM", "CatBoost"
 DAYS_PER_YEAR = 365.25
 
-
 Predictor = Callable[[FeatureArrays], np.ndarray]
 
 
 @dataclass(frozen=True)
-class ModelPredictions:
-    """A model's probabilities on the rows it is judged on, its cost, and the model itself (to
-    score other rows, e.g. a season's candidate push days)."""
+class Fitted:
+    """A fitted baseline: its probability on any rows, and the rounds it answers with (the best
+    on its validation rows where it had some; 0 for the logistic regression)."""
 
-    name: str
-    test: np.ndarray
-    train_seconds: float
-    predict_seconds_per_1000: float
-    predict: Predictor
+    probability: Predictor
+    rounds: int = 0
+
+
+# (training rows, seed, rounds or None to count them on the validation rows, validation rows)
+Fit = Callable[[FeatureArrays, int, int | None, FeatureArrays | None], Fitted]
 
 
 def linear_matrix(arrays: FeatureArrays, encoder: OneHotEncoder) -> np.ndarray:
@@ -72,14 +70,16 @@ def linear_matrix(arrays: FeatureArrays, encoder: OneHotEncoder) -> np.ndarray:
     ).astype(np.float32)
 
 
-def tree_matrix(arrays: FeatureArrays) -> np.ndarray:
-    """Matrix for LightGBM: NaN where a value is missing; categoricals as integer codes."""
+def tree_matrix(arrays: FeatureArrays, weather: bool = True) -> np.ndarray:
+    """The trees' matrix: NaN where a value is missing, the categoricals as integer codes, the
+    weather window flattened (`weather`), and the attempt day's day of the year."""
     n = len(arrays)
     numeric = np.where(arrays.numeric_missing, np.nan, arrays.numeric)
     binary = np.where(arrays.binary_missing, np.nan, arrays.binary.astype(np.float32))
-    weather = np.where(arrays.weather_missing, np.nan, arrays.weather).reshape(n, -1)
+    window = np.where(arrays.weather_missing, np.nan, arrays.weather).reshape(n, -1)
     day_of_year = arrays.day_of_year[:, ATTEMPT_DAY_TOKEN : ATTEMPT_DAY_TOKEN + 1]
-    return np.hstack([numeric, arrays.categorical, binary, weather, day_of_year]).astype(np.float32)
+    parts = [numeric, arrays.categorical, binary, *([window] if weather else []), day_of_year]
+    return np.hstack(parts).astype(np.float32)
 
 
 def categorical_columns(arrays: FeatureArrays) -> list[int]:
@@ -87,29 +87,19 @@ def categorical_columns(arrays: FeatureArrays) -> list[int]:
     return list(range(first, first + arrays.categorical.shape[1]))
 
 
-def _timed(name: str, fit: Callable[[], Predictor], test: FeatureArrays) -> ModelPredictions:
-    started = time.perf_counter()
-    fitted = fit()
-    train_seconds = time.perf_counter() - started
-
-    def predict(arrays: FeatureArrays) -> np.ndarray:
-        # No rows to score (a fold whose seasons have no push-day candidates, e.g. 2020's): an
-        # empty answer, where sklearn would refuse the empty matrix.
-        return fitted(arrays) if len(arrays) else np.empty(0)
-
-    started = time.perf_counter()
-    test_probabilities = predict(test)
-    per_1000 = (time.perf_counter() - started) / max(1, len(test)) * 1000
-    return ModelPredictions(name, test_probabilities, train_seconds, per_1000, predict)
+def catboost_frame(arrays: FeatureArrays, weather: bool = True) -> pd.DataFrame:
+    """The trees' matrix as CatBoost reads it: the categorical columns as integers."""
+    frame = pd.DataFrame(tree_matrix(arrays, weather))
+    for position, column in enumerate(categorical_columns(arrays)):
+        frame[column] = arrays.categorical[:, position]
+    return frame
 
 
-def logistic_regression(
-    train: FeatureArrays,
-    test: FeatureArrays,
-    cardinalities: tuple[int, ...],
-    seed: int,
-) -> ModelPredictions:
-    def fit() -> Predictor:
+def logistic_fit(c: float, cardinalities: tuple[int, ...]) -> Fit:
+    """The logistic regression with inverse regularisation `c`: the seed and the rounds do
+    not apply (lbfgs is deterministic), nor do validation rows."""
+
+    def fit(train: FeatureArrays, seed: int, rounds: int | None, validation) -> Fitted:
         encoder = OneHotEncoder(
             categories=[list(range(size)) for size in cardinalities],
             handle_unknown="ignore",
@@ -118,103 +108,129 @@ def logistic_regression(
         # tol 1e-3 stops lbfgs after ~75 iterations on the bundle's 1,920 columns; solving to
         # sklearn's 1e-4 took ~460 (6× the time) and scored no better on the test split.
         model = make_pipeline(
-            StandardScaler(),
-            LogisticRegression(C=0.1, tol=1e-3, max_iter=2000, random_state=seed),
+            StandardScaler(), LogisticRegression(C=c, tol=1e-3, max_iter=2000, random_state=seed)
         ).fit(
             linear_matrix(train, encoder),
             train.label,
             logisticregression__sample_weight=train.weight,
         )
-        return lambda arrays: model.predict_proba(linear_matrix(arrays, encoder))[:, 1]
+        return Fitted(lambda arrays: model.predict_proba(linear_matrix(arrays, encoder))[:, 1])
 
-    return _timed(LOGISTIC, fit, test)
-
-
-def lightgbm_classifier(seed: int, num_threads: int | None, rounds: int) -> lgb.LGBMClassifier:
-    """LightGBM as the baseline runs it: `rounds` trees at learning rate 0.05, with sampling."""
-    return lgb.LGBMClassifier(
-        n_estimators=rounds,
-        learning_rate=0.05,
-        num_leaves=31,
-        subsample=0.8,
-        subsample_freq=1,
-        colsample_bytree=0.5,
-        random_state=seed,
-        n_jobs=num_threads or 0,
-        verbose=-1,
-    )
+    return fit
 
 
-def catboost_classifier(
-    seed: int, num_threads: int | None, rounds: int
-) -> catboost.CatBoostClassifier:
-    """CatBoost at its defaults but for the number of trees (its learning rate follows it)."""
-    return catboost.CatBoostClassifier(
-        iterations=rounds,
-        random_seed=seed,
-        thread_count=num_threads or -1,
-        allow_writing_files=False,
-        verbose=False,
-    )
+def lightgbm_fit(config: LightGBMConfig, limits: BaselinesConfig, threads: int | None) -> Fit:
+    """LightGBM at `config`, its rounds counted on validation rows by their AUC (at most
+    `limits.max_rounds`, stopping after `limits.patience` without a better one) or given."""
 
-
-def lightgbm(
-    train: FeatureArrays, test: FeatureArrays, seed: int, num_threads: int | None, rounds: int
-) -> ModelPredictions:
-    """Gradient-boosted trees, `rounds` of them."""
-
-    def fit() -> Predictor:
-        model = lightgbm_classifier(seed, num_threads, rounds)
+    def fit(train: FeatureArrays, seed: int, rounds: int | None, validation) -> Fitted:
+        model = lgb.LGBMClassifier(
+            n_estimators=rounds or limits.max_rounds,
+            learning_rate=config.learning_rate,
+            num_leaves=config.num_leaves,
+            min_child_samples=config.min_child_samples,
+            colsample_bytree=config.feature_fraction,
+            reg_lambda=config.lambda_l2,
+            subsample=0.8,
+            subsample_freq=1,
+            random_state=seed,
+            n_jobs=threads or 0,
+            verbose=-1,
+        )
+        counting = rounds is None
         model.fit(
-            tree_matrix(train),
+            tree_matrix(train, config.weather),
             train.label,
             sample_weight=train.weight,
             categorical_feature=categorical_columns(train),
+            **(_lightgbm_stopping(validation, config.weather, limits.patience) if counting else {}),
         )
-        return lambda arrays: model.predict_proba(tree_matrix(arrays))[:, 1]
+        best = model.best_iteration_ if counting else rounds
+        return Fitted(
+            lambda arrays: model.predict_proba(
+                tree_matrix(arrays, config.weather), num_iteration=best
+            )[:, 1],
+            best,
+        )
 
-    return _timed(LIGHTGBM, fit, test)
-
-
-def catboost_frame(arrays: FeatureArrays) -> pd.DataFrame:
-    """The trees' matrix as CatBoost reads it: the categorical columns as integers."""
-    frame = pd.DataFrame(tree_matrix(arrays))
-    for position, column in enumerate(categorical_columns(arrays)):
-        frame[column] = arrays.categorical[:, position]
-    return frame
+    return fit
 
 
-def catboost_trees(
-    train: FeatureArrays, test: FeatureArrays, seed: int, num_threads: int | None, rounds: int
-) -> ModelPredictions:
-    """CatBoost at its default settings but for the number of trees, `rounds`."""
+def _lightgbm_stopping(validation: FeatureArrays, weather: bool, patience: int) -> dict:
+    return {
+        "eval_X": (tree_matrix(validation, weather),),
+        "eval_y": (validation.label,),
+        "eval_sample_weight": [validation.weight],
+        "eval_metric": "auc",
+        "callbacks": [lgb.early_stopping(patience, first_metric_only=True, verbose=False)],
+    }
 
-    def fit() -> Predictor:
-        model = catboost_classifier(seed, num_threads, rounds)
+
+def catboost_fit(config: CatBoostConfig, limits: BaselinesConfig, threads: int | None) -> Fit:
+    """CatBoost at `config` (an explicit learning rate: CatBoost's own follows the number of
+    iterations), its rounds counted on validation rows by their AUC or given."""
+
+    def fit(train: FeatureArrays, seed: int, rounds: int | None, validation) -> Fitted:
+        counting = rounds is None
+        model = catboost.CatBoostClassifier(
+            iterations=rounds or limits.max_rounds,
+            learning_rate=config.learning_rate,
+            depth=config.depth,
+            l2_leaf_reg=config.l2_leaf_reg,
+            rsm=config.rsm,
+            random_seed=seed,
+            thread_count=threads or -1,
+            allow_writing_files=False,
+            verbose=False,
+            **({"eval_metric": "AUC", "od_type": "Iter", "od_wait": limits.patience}
+               if counting else {}),
+        )  # fmt: skip
+        cats = categorical_columns(train)
         model.fit(
-            catboost_frame(train),
+            catboost_frame(train, config.weather),
             train.label,
-            cat_features=categorical_columns(train),
+            cat_features=cats,
             sample_weight=train.weight,
+            eval_set=catboost.Pool(
+                catboost_frame(validation, config.weather),
+                validation.label,
+                cat_features=cats,
+                weight=validation.weight,
+            )
+            if counting
+            else None,
+            use_best_model=counting,
         )
-        return lambda arrays: model.predict_proba(catboost_frame(arrays))[:, 1]
+        best = model.get_best_iteration() + 1 if counting else rounds
+        return Fitted(
+            lambda arrays: model.predict_proba(catboost_frame(arrays, config.weather))[:, 1],
+            best,
+        )
 
-    return _timed(CATBOOST, fit, test)
+    return fit
 
 
-def run_baselines(
-    train: FeatureArrays,
-    test: FeatureArrays,
-    cardinalities: tuple[int, ...],
-    config: TrainConfig,
-) -> list[ModelPredictions]:
-    """The baselines as the training settings ask (its slice of `train`, `max_train_rows`; its
-    seed, threads and boosting rounds), trained on `train` with its rows' weights and judged on
-    `test`."""
-    train = training_slice(train, config.max_train_rows, config.seed)
-    seed, threads = config.seed, config.num_threads
-    return [
-        logistic_regression(train, test, cardinalities, seed),
-        lightgbm(train, test, seed, threads, config.lightgbm_rounds),
-        catboost_trees(train, test, seed, threads, config.catboost_rounds),
-    ]
+def baseline_fits(
+    config: BaselinesConfig, cardinalities: tuple[int, ...], threads: int | None
+) -> dict[str, Fit]:
+    """Each baseline's fit at its settings, by name."""
+    return {
+        LOGISTIC: logistic_fit(config.logistic_c, cardinalities),
+        LIGHTGBM: lightgbm_fit(config.lightgbm, config, threads),
+        CATBOOST: catboost_fit(config.catboost, config, threads),
+    }
+
+
+@dataclass(frozen=True)
+class ModelPredictions:
+    """A model's probabilities on the rows it is judged on, its cost, the model itself (to
+    score other rows, e.g. a season's candidate push days), and the map its answer goes
+    through (None: the caller's, or none)."""
+
+    name: str
+    test: np.ndarray
+    train_seconds: float
+    predict_seconds_per_1000: float
+    predict: Predictor
+    calibrator: Calibrator | None = None
+    rounds: int = 0  # a tree's boosting rounds, as its held-out check counted them

@@ -87,9 +87,10 @@ def evaluate(
     `calibrator`: the map fitted on the whole check, the one the registered model carries, of
     the recipe's `train_config` (what the check's out-of-fold maps are fitted by)."""
     models = [transformer_predictions(transformer, held_out.arrays), *baselines]
+    maps = {m.name: m.calibrator for m in baselines if m.calibrator is not None}
     comparison = compare(
         models,
-        {TRANSFORMER: calibrator},
+        {**maps, TRANSFORMER: calibrator},
         held_out.arrays.label,
         held_out.groups,
         held_out.seasons,

@@ -24,10 +24,13 @@ from threadpoolctl import threadpool_limits
 from deepsummit.contracts.arrays import FeatureArrays
 from deepsummit.contracts.preprocessing import Preprocessor
 from deepsummit.contracts.snapshot import PREPROCESSING_FILE, read_features, read_windows
+from deepsummit.core.baseline_sections import BaselinesConfig
 from deepsummit.core.context import Progress, partial_progress
 from deepsummit.core.sections import TrainConfig
-from deepsummit.train.baselines import ModelPredictions, run_baselines
+from deepsummit.train.baseline_protocol import baseline_seeds, run_baselines, stopping_rows
+from deepsummit.train.baselines import ModelPredictions
 from deepsummit.train.recipe import (
+    CheckInputs,
     EpochLog,
     MemberCheck,
     Recipe,
@@ -38,6 +41,7 @@ from deepsummit.train.recipe import (
     preprocessing_for,
     refit,
     report_epochs,
+    training_arrays,
 )
 
 
@@ -145,6 +149,7 @@ class Trained:
 
 def train_recipe(
     recipe: Recipe,
+    baselines_config: BaselinesConfig,
     directory: Path,
     rows: pl.DataFrame,
     windows: pl.DataFrame,
@@ -156,7 +161,8 @@ def train_recipe(
     """The member check and the model that answers the test split, one after the other; the
     baselines beside them on one core; the refit on every season beside both (a recipe that
     keeps its last epoch) or after them (one that keeps its best needs the check's epochs).
-    `rows`: every attempt of the snapshot at `directory`, with its split."""
+    `rows`: every attempt of the snapshot at `directory`, with its split; `baselines_config`:
+    the baselines' settings (deepsummit/train/baseline_protocol.py)."""
     config = recipe.training
     per_training = config.seeds * config.max_epochs
     part = _parts(progress, per_training, epoch_log)
@@ -164,20 +170,17 @@ def train_recipe(
     test_rows = rows.filter(pl.col("split") == "test")
     newest_preprocessor = preprocessing_for(template, before, windows)
     test = newest_preprocessor.transform(test_rows, windows)
-    cutoff = int(before["year"].max())
+    check_rows = check_inputs(recipe, rows, windows, template, int(before["year"].max()))
     with refit_beside(recipe, directory, checkpoints / "refit") as early_refit:
         with side_by_side(config, early_refit is not None) as cores:
             baselines = cores.pool.submit(
-                run_baselines,
-                newest_preprocessor.transform(before, windows),
-                test,
-                newest_preprocessor.categorical_cardinalities,
-                cores.baselines,
-            )
+                _baselines, recipe, baselines_config, cores.baselines, before, test_rows, test,
+                windows, template, newest_preprocessor, check_rows,
+            )  # fmt: skip
             own = dataclasses.replace(recipe, training=cores.transformer)
             check = member_check(
-                own, check_inputs(own, rows, windows, template, cutoff),
-                checkpoints / "member-check", *part(0, "member check", "member_check_"),
+                own, check_rows, checkpoints / "member-check",
+                *part(0, "member check", "member_check_"),
             )  # fmt: skip
             epochs = check.epochs(config)
             newest = refit(
@@ -198,6 +201,34 @@ def train_recipe(
     # progress would end short of 100% on a finished training.
     served_progress(per_training, per_training, "done")
     return Trained(check, newest, served, trained_baselines, test)
+
+
+def _baselines(
+    recipe: Recipe,
+    config: BaselinesConfig,
+    training: TrainConfig,
+    before: pl.DataFrame,
+    test_rows: pl.DataFrame,
+    test: FeatureArrays,
+    windows: pl.DataFrame,
+    template: Preprocessor,
+    preprocessor: Preprocessor,
+    check: CheckInputs,
+) -> list[ModelPredictions]:
+    """The baselines answering the test split (`test`: its rows as `preprocessor`, learnt from
+    the rows `before` it, reads them), through the protocol (deepsummit/train/
+    baseline_protocol.py), with the `training` settings of their thread."""
+    members = recipe.training.seeds * recipe.architecture.ensemble_size
+    return run_baselines(
+        training_arrays(preprocessor, before, windows, training),
+        test,
+        preprocessor.categorical_cardinalities,
+        stopping_rows(before, windows, template, test_rows, check, training),
+        check,
+        config,
+        training,
+        baseline_seeds(config, members),
+    )
 
 
 def _parts(progress: Progress, per_training: int, epoch_log: EpochLog | None):

@@ -234,9 +234,12 @@ def refit_arrays(
     return Refit(results, preprocessor, results[0].train_rows, trained_through)
 
 
-def member_years(rows: pl.DataFrame, cutoff: int, count: int) -> tuple[int, ...]:
-    """The `count` newest years, at or before `cutoff`, of rows with members' own records."""
-    years = rows.filter((pl.col("record") == "member") & (pl.col("year") <= cutoff))["year"]
+def record_years(
+    rows: pl.DataFrame, cutoff: int, count: int, record: str = "member"
+) -> tuple[int, ...]:
+    """The `count` newest years, at or before `cutoff`, of rows of `record`'s kind ("member":
+    members' own records; "expedition": expedition records)."""
+    years = rows.filter((pl.col("record") == record) & (pl.col("year") <= cutoff))["year"]
     return tuple(sorted(years.unique().to_list())[-count:])
 
 
@@ -308,7 +311,7 @@ def check_inputs(
 ) -> CheckInputs:
     """The inputs of the check for a model trained through `cutoff`: the
     `training.member_check_years` newest years of members' own records at or before it."""
-    years = member_years(rows, cutoff, recipe.training.member_check_years)
+    years = record_years(rows, cutoff, recipe.training.member_check_years)
     if not years:
         raise PipelineError(f"no member records at or before {cutoff}: nothing to calibrate on")
     before = rows.filter(pl.col("year") < years[0])

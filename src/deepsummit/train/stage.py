@@ -186,7 +186,8 @@ def train_and_register(
     with training_run(run_tags(settings, context, data)) as run:
         log_inputs(settings, data)
         trained = train_recipe(
-            Recipe.of(settings, upload_checkpoints=True), data.directory, data.snapshot,
+            Recipe.of(settings, upload_checkpoints=True), settings.baselines, data.directory,
+            data.snapshot,
             data.windows, data.preprocessor, checkpoints, context.progress,
             guarded_epoch_log(settings.mlflow),
         )  # fmt: skip
