@@ -24,7 +24,6 @@ from pydantic import (
 )
 
 from deepsummit.core.sections import (
-    AlertsConfig,
     BacktestConfig,
     DriftConfig,
     FeaturesConfig,
@@ -33,7 +32,6 @@ from deepsummit.core.sections import (
     OutlookConfig,
     PathsConfig,
     Section,
-    ServicesConfig,
     SourcesConfig,
     TrainConfig,
     TuneConfig,
@@ -41,6 +39,7 @@ from deepsummit.core.sections import (
     is_url,
     resolve_path,
 )
+from deepsummit.core.service_sections import AlertsConfig, ServicesConfig
 from deepsummit.core.weather_sections import ForecastConfig, WeatherConfig
 from deepsummit.model.config import ModelConfig
 
