@@ -27,7 +27,8 @@ from deepsummit.core.service_sections import ServicesConfig
 from deepsummit.flows.runner import slot
 from deepsummit.flows.summit import STAGE_FLOWS
 from deepsummit.train import registry
-from deepsummit.train.registry import Candidate, TrainedModel, gate
+from deepsummit.train.registration import TrainedModel
+from deepsummit.train.registry import Candidate, gate
 
 
 @pytest.fixture(scope="module")
