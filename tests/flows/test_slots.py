@@ -22,11 +22,13 @@ from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 
 from deepsummit.core.context import REGISTRY
 from deepsummit.core.inputs import Known
-from deepsummit.core.sections import BacktestConfig, MlflowConfig, ServicesConfig
+from deepsummit.core.sections import BacktestConfig, MlflowConfig
+from deepsummit.core.service_sections import ServicesConfig
 from deepsummit.flows.runner import slot
 from deepsummit.flows.summit import STAGE_FLOWS
 from deepsummit.train import registry
-from deepsummit.train.registry import Candidate, TrainedModel, gate
+from deepsummit.train.registration import TrainedModel
+from deepsummit.train.registry import Candidate, gate
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,8 @@ from pydantic import ValidationError
 from services_fixtures import RunningServices, deepsummit
 
 from deepsummit.core.config import deep_merge, load_settings
-from deepsummit.core.sections import PROJECT_ROOT, AlertsConfig
+from deepsummit.core.sections import PROJECT_ROOT
+from deepsummit.core.service_sections import AlertsConfig
 from deepsummit.services import alerts, local
 from deepsummit.services import supervisor as services
 

@@ -33,15 +33,13 @@ from deepsummit.core.planned import KEY_COLUMNS
 from deepsummit.serve.inference import ensemble_logit, member_logits
 from deepsummit.train.parallel import refit_beside
 from deepsummit.train.recipe import Recipe, preprocessing_for, refit
+from deepsummit.train.registration import Registered, TrainedModel, log_and_register
 from deepsummit.train.registry import (
     MEMBER_PREDICTIONS_ARTIFACT,
     PREDICTIONS_ARTIFACT,
     Candidate,
-    Registered,
-    TrainedModel,
     decide,
     gate,
-    log_and_register,
 )
 from deepsummit.train.stage import TrainingData
 

@@ -37,13 +37,8 @@ from deepsummit.core.planned import KEY_COLUMNS
 from deepsummit.core.sections import MlflowConfig
 from deepsummit.services import supervisor as services
 from deepsummit.services.local import mlflow_store
-from deepsummit.train.registry import (
-    Candidate,
-    Registered,
-    TrainedModel,
-    gate,
-    log_and_register,
-)
+from deepsummit.train.registration import Registered, TrainedModel, log_and_register
+from deepsummit.train.registry import Candidate, gate
 from deepsummit.train.tracking import training_run
 
 pytest_plugins = ["features_fixtures", "training_fixtures"]

@@ -16,8 +16,9 @@ A version's folder (`model/` among its MLflow artifacts):
 Tensors are written with `torch.save` and read with `torch.load(weights_only=True)`, which
 refuses anything but tensors and plain containers. The pyfunc is logged "from code"
 (`deepsummit/serve/model_code.py`): loading a version imports that file instead of unpickling a
-Python object. `files_digest` is recorded on the version at registration and checked before any
-version is loaded (deepsummit/train/registry.py).
+Python object. `files_digest` is recorded on the version at registration
+(deepsummit/train/registration.py) and checked before any version is loaded
+(deepsummit/train/registry.py).
 """
 
 from __future__ import annotations

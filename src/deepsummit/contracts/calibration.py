@@ -58,6 +58,20 @@ def _centred_indicators(
     return levels, centred, shares
 
 
+def _centred_shifts(
+    raw: np.ndarray, levels: list[tuple[str, str]], shares: np.ndarray, families: tuple[str, ...]
+) -> dict[str, dict[str, float]]:
+    """The fitted shifts `raw` of the groups `levels`, centred within each family by the groups'
+    `shares`, as family → group → s_f[g]."""
+    family_of = np.array([family for family, _ in levels])
+    # s_f[g] = raw_g − Σ_g' share_g' · raw_g' over the family's groups
+    shifts = raw - np.array([np.sum((shares * raw)[family_of == f]) for f in family_of])
+    return {
+        family: {g: float(v) for (f, g), v in zip(levels, shifts, strict=True) if f == family}
+        for family in families
+    }
+
+
 @dataclass(frozen=True)
 class Calibrator:
     method: Method
@@ -119,20 +133,11 @@ class Calibrator:
         result = minimize(
             loss, np.r_[own, np.zeros(len(levels))], bounds=bounds + [(-5.0, 5.0)] * len(levels)
         )
-        raw = result.x[count:]
-        family_of = np.array([family for family, _ in levels])
-        # s_f[g] = raw_g − Σ_g' share_g' · raw_g' over the family's groups
-        shifts = raw - np.array([np.sum((shares * raw)[family_of == f]) for f in family_of])
         return cls(
             method,
             scale=float(result.x[0]),
             shift=float(result.x[1]) if platt else 0.0,
-            group_shifts={
-                family: {
-                    g: float(v) for (f, g), v in zip(levels, shifts, strict=True) if f == family
-                }
-                for family in shifts_by
-            },
+            group_shifts=_centred_shifts(result.x[count:], levels, shares, shifts_by),
         )
 
     def group_offsets(self, rows: pl.DataFrame | None, count: int) -> np.ndarray:

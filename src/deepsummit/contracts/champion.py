@@ -2,10 +2,11 @@
 artifact, and a version's files, used only when they are the ones registered (a registered model
 is code that `predict`, the outlook and the gate execute).
 
-The train stage registers versions and moves the alias (deepsummit/train/registry.py); everything
-else only reads, through these lookups. MLflow is imported only where it is used: `deepsummit
-predict` asks a tracking server for the champion over its REST API and scores a verified copy
-kept in `mlflow.model_cache_dir`, so that a call pays neither MLflow's import nor a download.
+The train stage registers versions (deepsummit/train/registration.py) and moves the alias
+(deepsummit/train/registry.py); everything else only reads, through these lookups. MLflow is
+imported only where it is used: `deepsummit predict` asks a tracking server for the champion
+over its REST API and scores a verified copy kept in `mlflow.model_cache_dir`, so that a call
+pays neither MLflow's import nor a download.
 """
 
 from __future__ import annotations

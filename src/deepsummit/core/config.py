@@ -25,7 +25,6 @@ from pydantic import (
 
 from deepsummit.core.baseline_sections import BaselinesConfig
 from deepsummit.core.sections import (
-    AlertsConfig,
     BacktestConfig,
     DriftConfig,
     FeaturesConfig,
@@ -34,7 +33,6 @@ from deepsummit.core.sections import (
     OutlookConfig,
     PathsConfig,
     Section,
-    ServicesConfig,
     SourcesConfig,
     TrainConfig,
     TuneConfig,
@@ -42,6 +40,7 @@ from deepsummit.core.sections import (
     is_url,
     resolve_path,
 )
+from deepsummit.core.service_sections import AlertsConfig, ServicesConfig
 from deepsummit.core.weather_sections import ForecastConfig, WeatherConfig
 from deepsummit.model.config import ModelConfig
 

@@ -50,6 +50,11 @@ class SourceUnavailable(_SourceError, ServiceUnavailable):
     """A source URL's server does not answer, or stays busy through every retry."""
 
 
+class ServiceError(ServiceUnavailable):
+    """A local service did not start, did not become healthy, or its port is taken
+    (deepsummit/services/)."""
+
+
 class DiskFull(PipelineError):
     """A write ran out of disk space. Each writer writes whole or not at all, so what was there
     before is kept: free some space and run the command again."""

@@ -19,6 +19,7 @@ import dataclasses
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
@@ -148,13 +149,7 @@ def build_features(settings: Settings, context: RunContext) -> FeaturesReport:
 
     digest = frame_digest(features)
     snapshot_digest = _snapshot_digest(digest, windows, history, config)
-    extra = {
-        "digest": digest,
-        "snapshot_digest": snapshot_digest,
-        "split": dataclasses.asdict(split),
-        "success_rate_prior_strength": config.success_rate_prior_strength,
-        "max_missing_days": config.max_missing_days,
-    }
+    extra = _provenance(config, split, digest, snapshot_digest)
     by_split = {name: features.filter(pl.col("split") == name) for name in SPLITS}
     inputs = config.model_inputs()
     preprocessor = Preprocessor.fit(
@@ -177,6 +172,20 @@ def build_features(settings: Settings, context: RunContext) -> FeaturesReport:
         inputs=inputs.names,
         rows=features.height,
     )
+
+
+def _provenance(
+    config: FeaturesConfig, split: SplitYears, digest: str, snapshot_digest: str
+) -> dict[str, Any]:
+    """What the preprocessor records of the snapshot it is fitted for: the digests, the split's
+    years and the settings its rows were built with."""
+    return {
+        "digest": digest,
+        "snapshot_digest": snapshot_digest,
+        "split": dataclasses.asdict(split),
+        "success_rate_prior_strength": config.success_rate_prior_strength,
+        "max_missing_days": config.max_missing_days,
+    }
 
 
 def _split_figures(split: SplitYears, by_split: dict[str, pl.DataFrame]) -> dict[str, SplitFigures]:

@@ -125,6 +125,31 @@ def _register_best(
     return final
 
 
+def _best_registered(
+    settings: Settings,
+    profile: str | None,
+    overrides: dict[str, Any],
+    parent_run_id: str,
+    best: Any,
+) -> tuple[FlowRun | None, dict[str, str]]:
+    """The best trial's registration: by an earlier run of this search (no flow run: nothing is
+    trained again), else by the training deployment now; its flow run and the facts of its
+    final training."""
+    from deepsummit.train import tuning
+
+    facts = tuning.registered_final_run(settings.mlflow, parent_run_id, best.number)
+    if facts:
+        get_run_logger().info(
+            "trial %d, still the best, is registered as version %s by an earlier run of"
+            " this search: nothing to train",
+            best.number, facts["model_version"],
+        )  # fmt: skip
+        return None, facts
+    final = _register_best(settings, profile, overrides, best.params)
+    trained_by = training_flow_run_id(final)
+    return final, tuning.adopt_final_run(settings.mlflow, parent_run_id, trained_by, best.number)
+
+
 @flow(name="summit", log_prints=True)
 def tune(
     profile: str | None = None,
@@ -167,18 +192,7 @@ def tune(
         flow_runs = asyncio.run(_search(settings, study, trial_parameters, parent_run_id))
         best = tuning.best_trial(study)
         profile_file = tuning.save_profile(settings, best, study.study_name)
-        facts = tuning.registered_final_run(settings.mlflow, parent_run_id, best.number)
-        final = None
-        if facts:
-            get_run_logger().info(
-                "trial %d, still the best, is registered as version %s by an earlier run of"
-                " this search: nothing to train",
-                best.number, facts["model_version"],
-            )  # fmt: skip
-        else:
-            final = _register_best(settings, profile, merged, best.params)
-            trained_by = training_flow_run_id(final)
-            facts = tuning.adopt_final_run(settings.mlflow, parent_run_id, trained_by, best.number)
+        final, facts = _best_registered(settings, profile, merged, parent_run_id, best)
     except BaseException:
         tuning.close_parent_run(settings.mlflow, parent_run_id, study, facts, failed=True)
         raise

@@ -105,14 +105,11 @@ def parse_planned(request: pd.DataFrame | Sequence[Mapping[str, Any]]) -> Planne
 def _parse_row(row: int, record: Mapping[str, Any]) -> tuple[dict[str, Any], pl.DataFrame]:
     """One request row as an attempt-input row and its 90 days of weather, or a ValueError
     naming what is wrong with it. Each field is checked in turn, then the row is written out
-    in the features' layout: one step a field, so the function is as long as the layout."""
+    in the features' layout."""
     peak = _value(record, "peak")
     if not peak:
         raise ValueError("peak: required (a Himalayan Database peak id, e.g. EVER)")
-    try:
-        push = _date(_value(record, "push_date"))
-    except ValueError:
-        raise ValueError(f"push_date {record.get('push_date')!r}: not a date YYYY-MM-DD") from None
+    push = _date_field(record, "push_date")
     if push is None:
         raise ValueError("push_date: required (YYYY-MM-DD)")
     for field in PLANNED_FIELDS:
@@ -130,14 +127,8 @@ def _parse_row(row: int, record: Mapping[str, Any]) -> tuple[dict[str, Any], pl.
         raise ValueError(f"team_size {team_size:g}: must be at least 1")
     if staff_size is not None and float(staff_size) < 0:
         raise ValueError(f"staff_size {staff_size:g}: must not be negative")
-    try:
-        basecamp = _date(_value(record, "basecamp_date"))
-    except ValueError:
-        raise ValueError(
-            f"basecamp_date {record.get('basecamp_date')!r}: not a date YYYY-MM-DD"
-        ) from None
-    days = {name: _weather_values(record, name) for name in WEATHER_COLUMNS}
-    first = push - dt.timedelta(days=WINDOW_DAYS - 1)
+    basecamp = _date_field(record, "basecamp_date")
+    weather = _weather_window(row, record, push)
     attempt = {
         "row": row,
         "expid": "PLANNED",
@@ -162,11 +153,25 @@ def _parse_row(row: int, record: Mapping[str, Any]) -> tuple[dict[str, Any], pl.
         "oxygen_used": None,  # recorded after the climb: never known to a planned attempt
         "climber_id": _value(record, "climber_id"),
     }
-    weather = pl.DataFrame(
+    return attempt, weather
+
+
+def _date_field(record: Mapping[str, Any], name: str) -> dt.date | None:
+    """The record's date `name`, None when absent; a ValueError when it is not a date."""
+    try:
+        return _date(_value(record, name))
+    except ValueError:
+        raise ValueError(f"{name} {record.get(name)!r}: not a date YYYY-MM-DD") from None
+
+
+def _weather_window(row: int, record: Mapping[str, Any], push: dt.date) -> pl.DataFrame:
+    """The record's daily weather of the 90 days ending on `push` (NaN = missing: null)."""
+    days = {name: _weather_values(record, name) for name in WEATHER_COLUMNS}
+    first = push - dt.timedelta(days=WINDOW_DAYS - 1)
+    return pl.DataFrame(
         {
             "row": np.full(WINDOW_DAYS, row, dtype=np.int64),
             "date": pl.date_range(first, push, eager=True),
             **days,
         }
     ).with_columns(pl.col(WEATHER_VARIABLES).fill_nan(None))
-    return attempt, weather

@@ -9,12 +9,12 @@ import urllib.request
 from collections.abc import Callable
 
 from deepsummit.core.config import Settings
+from deepsummit.core.errors import ServiceError
 from deepsummit.core.http_retry import send
 from deepsummit.serve.scorer_client import HEALTH_PATH
 from deepsummit.services.local import (
     PREFECT_SERVER,
     WORKER_NAME,
-    ServiceError,
     prefect_api,
     prefect_auth_file,
 )

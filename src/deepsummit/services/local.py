@@ -3,16 +3,14 @@
 
 from __future__ import annotations
 
-import os
-import secrets
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from deepsummit.core.config import Settings
-from deepsummit.core.errors import ServiceUnavailable
 from deepsummit.core.sections import PROJECT_ROOT
 from deepsummit.services.prefect_api import PrefectApi
+from deepsummit.services.secret_file import ensure_secret
 
 PREFECT_SERVER = "prefect-server"
 MLFLOW_SERVER = "mlflow-server"
@@ -24,10 +22,6 @@ PROCESS_JOB_TEMPLATE = PROJECT_ROOT / "deployments" / "process-job-template.json
 PREFECT_YAML = PROJECT_ROOT / "prefect.yaml"
 
 WORKER_NAME = "deepsummit-local"
-
-
-class ServiceError(ServiceUnavailable):
-    """A service did not start, did not become healthy, or its port is taken."""
 
 
 @dataclass(frozen=True)
@@ -79,21 +73,6 @@ def prefect_auth_string(settings: Settings) -> str | None:
 def ensure_prefect_auth(settings: Settings) -> None:
     """Generate the server's secret once (`deepsummit:<password>`)."""
     ensure_secret(prefect_auth_file(settings), prefix="deepsummit:")
-
-
-def ensure_secret(path: Path, prefix: str = "") -> None:
-    """Write a generated password to `path` once, readable by this user only (O_EXCL: never
-    clobber one a running server already uses); refuse one that other users can read."""
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(descriptor, "w") as file:
-            file.write(f"{prefix}{secrets.token_urlsafe(32)}\n")
-    if path.stat().st_mode & 0o077:
-        raise ServiceError(
-            f"{path} is readable by other users: `chmod 600 {path}`; if it may have leaked,"
-            " `deepsummit down`, delete it and `deepsummit up` for a new one"
-        )
 
 
 def prefect_ui_url(settings: Settings) -> str:

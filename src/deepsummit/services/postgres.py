@@ -16,7 +16,8 @@ import urllib.parse
 from pathlib import Path
 
 from deepsummit.core.config import Settings
-from deepsummit.services.local import ServiceError, ensure_secret
+from deepsummit.core.errors import ServiceError
+from deepsummit.services.secret_file import ensure_secret
 
 POSTGRES = "postgres"  # the service's name: its PID and log files
 ROLE = "deepsummit"

@@ -27,6 +27,7 @@ from typing import Any
 import yaml
 
 from deepsummit.core.config import Settings
+from deepsummit.core.errors import ServiceError
 from deepsummit.core.sections import PROJECT_DIR_VARIABLE, PROJECT_ROOT
 from deepsummit.services import alerts, postgres
 from deepsummit.services.health import (
@@ -47,7 +48,6 @@ from deepsummit.services.local import (
     SERVICE_NAMES,
     WORKER,
     WORKER_NAME,
-    ServiceError,
     ServiceStatus,
     bin_path,
     browser_origins,

@@ -1,5 +1,6 @@
-"""The MLflow registry side: register every trained model, move `@champion` only beyond noise,
-and load a registered version only when its files are the ones registered.
+"""The MLflow registry side: the champion gate, which moves `@champion` only beyond noise and
+loads a registered version only when its files are the ones registered (every trained model is
+registered first, by deepsummit/train/registration.py).
 
 The gate compares recipes, each judged out of time. A registered version was refit on every
 season through its newest (deepsummit/train/stage.py), so it has learnt the rows any later test
@@ -31,7 +32,6 @@ MLflow outage as the training loop does (deepsummit/train/tracking.py).
 
 from __future__ import annotations
 
-import importlib.metadata
 import logging
 import shutil
 import tempfile
@@ -40,21 +40,18 @@ from pathlib import Path
 
 import mlflow
 import numpy as np
-import pandas as pd
 import polars as pl
 from mlflow import MlflowClient
 from mlflow.entities.model_registry import ModelVersion
 
-from deepsummit.contracts.artifact import ARTIFACT_NAME, ModelArtifact, files_digest
+from deepsummit.contracts.artifact import files_digest
 from deepsummit.contracts.champion import (
     ARTIFACT_PATH,
     TAG_DECISION,
-    TAG_FILES_DIGEST,
     TAG_KNOWN_BY,
     TAG_REASON,
     TAG_TEST_DIGEST,
     TAG_TRAINED_THROUGH,
-    TAG_UNVERIFIED,
     TAG_WEATHER_SOURCE,
     ModelFilesChanged,
     RegisteredVersion,
@@ -66,11 +63,10 @@ from deepsummit.core.errors import PipelineError
 from deepsummit.core.inputs import Known
 from deepsummit.core.planned import KEY_COLUMNS
 from deepsummit.core.sections import BacktestConfig, MlflowConfig
-from deepsummit.serve.pyfunc import MODEL_CODE_FILE, signature
-from deepsummit.serve.scoring import answers
 from deepsummit.train.bootstrap import Interval, paired_auc_difference, replicate_weights
 from deepsummit.train.comparison import difference_name
 from deepsummit.train.member_groups import ALL_PEAKS, group_calibration
+from deepsummit.train.registration import TrainedModel
 from deepsummit.train.tracking import when_tracking_answers
 
 logger = logging.getLogger(__name__)
@@ -82,31 +78,6 @@ MIN_COMPARED_ROWS = 200
 # How far a version loaded from the registry may answer from the trained model: the same
 # weights and code on the same rows, so only the last bits of float32 arithmetic.
 ANSWER_TOLERANCE = 1e-6
-# The mark a version carries from its creation until its stored files are found to be the ones
-# trained.
-DIGEST_PENDING = "its files' digest is not recorded yet"
-
-
-@dataclass(frozen=True)
-class TrainedModel:
-    """The model as trained, which its registered version must prove to be: the digest of its
-    files and its answers to a few test rows asked as a user asks (its input example)."""
-
-    files_digest: str
-    request: pd.DataFrame
-    probabilities: np.ndarray
-
-    @classmethod
-    def of(cls, artifact: ModelArtifact, directory: Path, request: pd.DataFrame) -> TrainedModel:
-        """`artifact` as trained (its networks in memory) and `directory`, the files saved."""
-        answered = answers(artifact, request)["probability"].to_numpy(dtype=float)
-        return cls(files_digest(directory), request, answered)
-
-
-@dataclass(frozen=True)
-class Registered:
-    version: str
-    trained: TrainedModel
 
 
 @dataclass(frozen=True)
@@ -421,68 +392,3 @@ def keep_facts(client: MlflowClient, config: MlflowConfig, candidate: Candidate)
             path = Path(folder) / Path(artifact).name
             frame.write_parquet(path)
             client.log_artifact(run_id, str(path), str(Path(artifact).parent))
-
-
-def package_requirements() -> list[str]:
-    """The installed deepsummit distribution's own pins (no inference, no extras)."""
-    requirements = importlib.metadata.requires("deepsummit") or []
-    return [requirement for requirement in requirements if "extra ==" not in requirement]
-
-
-def log_and_register(
-    config: MlflowConfig,
-    directory: Path,
-    input_example: pd.DataFrame,
-    artifact: ModelArtifact,
-) -> Registered:
-    """Log the pyfunc (from code, with the artifact folder `directory`) in the active run,
-    register it marked unverified, and record the digest of its files as they are stored,
-    lifting the mark. Each step waits out a short MLflow outage; the version keeps its mark
-    when the wait runs out after its creation. What the gate checks the version against is
-    returned with it."""
-    if directory.name != ARTIFACT_NAME:  # MLflow stores the folder under its own name
-        raise ValueError(
-            f"the model folder must be named {ARTIFACT_NAME!r} (readers find it at "
-            f"{ARTIFACT_PATH}), not {directory.name!r}"
-        )
-    trained = TrainedModel.of(artifact, directory, input_example)
-    info = when_tracking_answers(
-        config, "logging the model",
-        lambda: mlflow.pyfunc.log_model(
-            name="model",
-            python_model=str(MODEL_CODE_FILE),
-            artifacts={ARTIFACT_NAME: str(directory)},
-            signature=signature(),
-            input_example=input_example,
-            pip_requirements=package_requirements(),
-            metadata={"seeds": artifact.seeds},
-        ),
-    )  # fmt: skip
-    # Created with its mark: a registration cut short anywhere after this leaves it marked
-    # (a repeated try registers another version, marked until verified like this one).
-    version = when_tracking_answers(
-        config, "registering the model",
-        lambda: mlflow.register_model(
-            info.model_uri, config.registered_model, tags={TAG_UNVERIFIED: DIGEST_PENDING}
-        ),
-    )  # fmt: skip
-    number = str(version.version)
-    when_tracking_answers(
-        config,
-        f"v{number} registered marked {TAG_UNVERIFIED}: never champion until its files' digest "
-        "is recorded",
-        lambda: record_digest(config, number, info.model_uri),
-    )
-    return Registered(number, trained)
-
-
-def record_digest(config: MlflowConfig, version: str, model_uri: str) -> None:
-    """Tag the digest of the version's files as they are stored, then lift its unverified
-    mark."""
-    client, name = MlflowClient(config.tracking_uri), config.registered_model
-    with tempfile.TemporaryDirectory() as folder:
-        mlflow.artifacts.download_artifacts(artifact_uri=model_uri, dst_path=folder)
-        digest = files_digest(Path(folder))
-    client.set_model_version_tag(name, version, TAG_FILES_DIGEST, digest)
-    if TAG_UNVERIFIED in client.get_model_version(name, version).tags:  # else lifted by a try
-        client.delete_model_version_tag(name, version, TAG_UNVERIFIED)

@@ -57,7 +57,8 @@ from deepsummit.train.evaluation import Evaluation, HeldOut, evaluate
 from deepsummit.train.member_groups import ALL_PEAKS
 from deepsummit.train.parallel import Trained, train_recipe
 from deepsummit.train.recipe import MemberCheck, Recipe, Refit
-from deepsummit.train.registry import Candidate, GateDecision, Registered, gate, log_and_register
+from deepsummit.train.registration import Registered, log_and_register
+from deepsummit.train.registry import Candidate, GateDecision, gate
 from deepsummit.train.tracking import (
     TRAINING_RUN,
     bound_requests,

@@ -324,15 +324,8 @@ def train_model(
     state = TrainingState(signature=checkpoint_signature(config, train_config, len(train), epochs))
     checkpoint = checkpoint_dir / CHECKPOINT_FILE
     every = train_config.checkpoint_upload_every
-    uploaded = (
-        UploadedCheckpoint(
-            upload_to,
-            training_key(state.signature, train, validation),
-            state.signature,
-            upload_folder(checkpoint_dir, train_config.checkpoint_dir),
-        )
-        if upload_to is not None and every
-        else None
+    uploaded = _upload_slot(
+        upload_to, train_config, state.signature, train, validation, checkpoint_dir
     )
     origin = uploaded.fetch(checkpoint) if uploaded and not checkpoint.exists() else None
     if checkpoint.exists():
@@ -340,17 +333,7 @@ def train_model(
     resumed_from = state.epoch
     patience = train_config.patience if train_config.keep == "best" else math.inf
     while state.epoch < epochs and state.bad_epochs < patience:
-        epoch_started = time.perf_counter()
-        total_loss = _train_epoch(parts, train, train_config, state.epoch)
-        val_loss, val_auc = _judge(parts.judged, validation, 4 * train_config.batch_size, device)
-        record = EpochRecord(
-            epoch=state.epoch + 1,
-            train_loss=total_loss / float(train.weight.sum()),
-            val_loss=val_loss,
-            val_auc=val_auc,
-            learning_rate=parts.scheduler.get_last_lr()[0],
-            seconds=time.perf_counter() - epoch_started,
-        )
+        record = _run_epoch(parts, train, validation, train_config, state.epoch)
         state.advance(record, parts.judged, keep_last=train_config.keep == "last")
         # What is left at the pace of this run's epochs so far (early stopping may end sooner).
         left = (
@@ -375,6 +358,47 @@ def train_model(
         resumed_from_epoch=resumed_from,
         train_rows=len(train),
         device=str(device),
+        seconds=time.perf_counter() - started,
+    )
+
+
+def _upload_slot(
+    upload_to: MlflowConfig | None,
+    train_config: TrainConfig,
+    signature: str,
+    train: FeatureArrays,
+    validation: FeatureArrays | None,
+    checkpoint_dir: Path,
+) -> UploadedCheckpoint | None:
+    """Where this training's checkpoint goes on `upload_to`'s tracking server; None when it is
+    not uploaded (no server, or `train.checkpoint_upload_every` off)."""
+    if upload_to is None or not train_config.checkpoint_upload_every:
+        return None
+    return UploadedCheckpoint(
+        upload_to,
+        training_key(signature, train, validation),
+        signature,
+        upload_folder(checkpoint_dir, train_config.checkpoint_dir),
+    )
+
+
+def _run_epoch(
+    parts: _Parts,
+    train: FeatureArrays,
+    validation: FeatureArrays | None,
+    train_config: TrainConfig,
+    epoch: int,
+) -> EpochRecord:
+    """Epoch `epoch` (0-based) trained and judged on `validation`: its record."""
+    started = time.perf_counter()
+    total_loss = _train_epoch(parts, train, train_config, epoch)
+    val_loss, val_auc = _judge(parts.judged, validation, 4 * train_config.batch_size, parts.device)
+    return EpochRecord(
+        epoch=epoch + 1,
+        train_loss=total_loss / float(train.weight.sum()),
+        val_loss=val_loss,
+        val_auc=val_auc,
+        learning_rate=parts.scheduler.get_last_lr()[0],
         seconds=time.perf_counter() - started,
     )
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import mlflow
 import optuna
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from deepsummit.contracts.champion import set_experiment
 from deepsummit.contracts.snapshot import load_features
@@ -20,7 +20,7 @@ from deepsummit.core.config import Settings
 from deepsummit.core.errors import PipelineError
 from deepsummit.train.checkpoint import EpochRecord
 from deepsummit.train.tracking import log_epoch
-from deepsummit.train.trainer import EpochCallback, train_model
+from deepsummit.train.trainer import EpochCallback, TrainResult, train_model
 from deepsummit.train.tuning import (
     SECTIONS,
     TAG_ROLE,
@@ -60,15 +60,10 @@ def run_trial(
     tags: dict[str, str],
 ) -> TrialOutcome:
     """Train trial `number` of the study with its parameters, as an MLflow child run of
-    `parent_run_id`; tell the study the best validation AUC (or that it was pruned). One trial
-    from its study state to its run's last tag: its parts (train, prune, tell) share the run
-    and the study's handle, so it stays in one piece."""
+    `parent_run_id`; tell the study the best validation AUC (or that it was pruned), inside
+    that run."""
     study = open_study(settings)
-    trial = find_trial(study, number)
-    if trial.state != TrialState.RUNNING:
-        raise PipelineError(
-            f"trial {number} of study {study.study_name!r} is {trial.state.name}, not running"
-        )
+    trial = _running_trial(study, number)
     trial_settings = with_hyperparameters(settings, trial.params)
     arrays, preprocessor = load_features(features_dir)
     dimensions = preprocessor.model_dimensions()
@@ -103,21 +98,46 @@ def run_trial(
                 on_epoch_end,
             )
         except optuna.TrialPruned as pruned:
-            logger.info("%s", pruned)
-            study.tell(number, state=TrialState.PRUNED)
-            mlflow.set_tags({"trial_state": "pruned", "pruned_reason": str(pruned)})
-            return TrialOutcome(
-                number, "PRUNED", history[-1].val_auc, len(history), run.info.run_id
-            )
-        mlflow.log_metrics(
-            {
-                "best_val_auc": result.best_val_auc,
-                "best_epoch": result.best_epoch,
-                "epochs_run": len(result.history),
-            }
-        )
-        study.tell(number, result.best_val_auc)
-        mlflow.set_tag("trial_state", "complete")
+            return _pruned(study, number, pruned, history, run.info.run_id)
+        _tell_complete(study, number, result)
     return TrialOutcome(
         number, "COMPLETE", result.best_val_auc, len(result.history), run.info.run_id
     )
+
+
+def _running_trial(study: optuna.Study, number: int) -> FrozenTrial:
+    """Trial `number` of the study, which must be running (asked, not yet told)."""
+    trial = find_trial(study, number)
+    if trial.state != TrialState.RUNNING:
+        raise PipelineError(
+            f"trial {number} of study {study.study_name!r} is {trial.state.name}, not running"
+        )
+    return trial
+
+
+def _pruned(
+    study: optuna.Study,
+    number: int,
+    pruned: optuna.TrialPruned,
+    history: list[EpochRecord],
+    run_id: str,
+) -> TrialOutcome:
+    """Tell the study and the trial's active run that the trial was pruned."""
+    logger.info("%s", pruned)
+    study.tell(number, state=TrialState.PRUNED)
+    mlflow.set_tags({"trial_state": "pruned", "pruned_reason": str(pruned)})
+    return TrialOutcome(number, "PRUNED", history[-1].val_auc, len(history), run_id)
+
+
+def _tell_complete(study: optuna.Study, number: int, result: TrainResult) -> None:
+    """Log the finished training's figures in the trial's active run and tell the study its
+    best validation AUC."""
+    mlflow.log_metrics(
+        {
+            "best_val_auc": result.best_val_auc,
+            "best_epoch": result.best_epoch,
+            "epochs_run": len(result.history),
+        }
+    )
+    study.tell(number, result.best_val_auc)
+    mlflow.set_tag("trial_state", "complete")
