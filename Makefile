@@ -82,10 +82,15 @@ screenshots: $(STAMP) $(CHROMEDRIVER)
 cli-docs: $(STAMP)
 	$(BIN)/python -m deepsummit.cli.reference
 
-# The soak (10 nightly runs with a kill in each, about half an hour) has a target of its own;
-# suite_cpu.py and half_speed.py run a whole `make test` and are run by hand.
+# The product benchmarks: what the pipeline costs and how fast it answers (docs/benchmarks.md).
+# Not here: the studies in bench/studies/ (each chose a setting, docs/evaluation.md), the soak
+# (10 nightly runs with a kill in each, about half an hour: a target of its own), suite_cpu.py
+# and half_speed.py (they run a whole `make test` or another command, by hand).
+BENCHES := features_build predict_latency model_throughput checkpoint_upload weather_requests \
+	windows outlook gpu backtest train_stage_cost two_workers
+
 bench: $(STAMP)
-	for script in $(filter-out bench/soak.py bench/suite_cpu.py bench/half_speed.py,$(wildcard bench/[!_]*.py)); do $(BIN)/python $$script || exit 1; done
+	for script in $(BENCHES); do $(BIN)/python bench/$$script.py || exit 1; done
 
 soak: $(STAMP)
 	$(BIN)/python bench/soak.py

@@ -23,9 +23,9 @@ scikit-learn (its pydantic comes as wheels carried beside this script):
     python3 bench/gpu.py --features gpu_carry/features --out $OUT --minutes 6      # on the GPU
     .venv/bin/python bench/gpu.py --judge OUT [--cpu-predictions FILE]
 
-The backtest's folds of the base profile (bench/backtest_profiles.py's BASE_ON_GPU candidate)
-go the same way: each fold's arrays and push-day candidates prepared here (its member check's
-and those of every season before its test year), the fold trained on the GPU as the backtest
+The backtest's folds of the base profile (bench/studies/which_training_profile.py's BASE_ON_GPU
+candidate) go the same way: each fold's arrays and push-day candidates prepared here (its member
+check's and those of every season before its test year), the fold trained on the GPU as the backtest
 trains it (`--epochs`: at most that many of the spec's 100-epoch schedule; early stopping at
 patience 10 usually ends the check sooner, and the recipe then trains the epochs it kept), its
 answers (deepsummit/backtest/answers.py) scored here into the candidate's fold cache and paired
@@ -229,7 +229,8 @@ def judge(bundle: Path, out: Path, cpu_predictions: Path | None) -> None:
 
 
 def prepare_folds(bundle: Path, directory: Path, years: list[int]) -> None:
-    from backtest_profiles import BASE_ON_GPU, candidate_settings
+    sys.path.insert(0, str(ROOT / "bench" / "studies"))  # the candidates' study
+    from which_training_profile import BASE_ON_GPU, candidate_settings
 
     from deepsummit.backtest.run import fold_jobs
     from deepsummit.contracts.snapshot import newest_features_dir
@@ -340,7 +341,8 @@ def train_folds(directory: Path, out: Path, epochs: int) -> None:
 def judge_folds(bundle: Path, out: Path, years: list[int]) -> None:
     """The GPU's answers scored into the candidate's fold cache as the backtest scores a fold
     it trained (deepsummit/backtest/run.py: fold_outcome), then paired with the cpu profile."""
-    from backtest_profiles import BASE_ON_GPU, CANDIDATES, candidate_settings, compare
+    sys.path.insert(0, str(ROOT / "bench" / "studies"))  # the candidates' study
+    from which_training_profile import BASE_ON_GPU, CANDIDATES, candidate_settings, compare
 
     from deepsummit.backtest.answers import FoldAnswers
     from deepsummit.backtest.cache import fold_directories, write_fold

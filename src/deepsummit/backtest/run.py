@@ -9,7 +9,8 @@ without files (and inside a fold at the transformer's last checkpoint). A member
 by several folds (every fold after the members file ends shares the newest one) trains once
 and is kept beside the folds; the baselines' answers of a fold are cached apart, under a key of
 what they follow from, so candidates that differ in the transformer alone
-(bench/backtest_profiles.py) share them. A fold that cannot train is reported and skipped.
+(bench/studies/which_training_profile.py) share them. A fold that cannot train is reported and
+skipped.
 """
 
 from __future__ import annotations

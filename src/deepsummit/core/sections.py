@@ -240,7 +240,8 @@ class BacktestConfig(Section):
 class FeaturesConfig(Section):
     split: SplitConfig = Field(default_factory=SplitConfig)
     # Tabular inputs beyond the model spec's 20 tokens, by name (deepsummit/core/inputs.py
-    # declares each one and when it is known); bench/backtest_profiles.py judges what one is worth.
+    # declares each one and when it is known); bench/studies/which_training_profile.py judges
+    # what one is worth.
     extra_inputs: tuple[str, ...] = ()
     # Allow inputs known only after the climb. For analysis only: the `retrospective` profile,
     # which registers its models under their own name, never the decision-time champion.
@@ -339,7 +340,8 @@ class TrainConfig(Section):
     # (deepsummit/contracts/member_groups.py; those a planned attempt states, so `role` is not
     # one), fitted with it on the same rows, each shift's square times the penalty added to the
     # log loss. Age: the network's answer for the oldest climbers stays near the others' while
-    # their summit rate falls away (issue 42; bench/calibration_shifts.py, docs/evaluation.md).
+    # their summit rate falls away (issue 42; bench/studies/which_calibration_shifts.py,
+    # docs/evaluation.md).
     calibration_shifts_by: tuple[CalibrationFamily, ...] = ("age",)
     calibration_shift_penalty: float = Field(0.01, ge=0)
     device: Literal["auto", "cpu", "cuda"] = "auto"

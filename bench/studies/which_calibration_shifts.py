@@ -1,4 +1,13 @@
-"""Calibration maps with member-group shifts, judged on the backtest's held-out member seasons
+"""Which member groups should the calibration map shift, and under what penalty? Maps judged on
+the backtest's held-out member seasons, without training anything.
+
+Answer: age alone, penalty 0.01 (`train.calibration_shifts_by`, `train.calibration_shift_penalty`):
+level with the temperature alone on the ranking (within-season AUC −0.001 [−0.003, +0.001]), a
+lower group error (−0.002 [−0.003, −0.001]) and the oldest band nearer (+0.040 → +0.022). Shifts
+for hired staff or the team role beside age cut the group error further but are not served.
+Written down in docs/evaluation.md, "Which member groups the map shifts".
+
+Calibration maps with member-group shifts, judged on the backtest's held-out member seasons
 without training anything: does a map that also shifts each member group's logit answer the
 groups better, and what does it cost the ranking?
 
@@ -9,25 +18,28 @@ the check so that the answers' level stays the temperature's (deepsummit/contrac
 calibration.py): the served recipe's map is "age, penalty 0.01" (`train.calibration_shifts_by`,
 `train.calibration_shift_penalty`). Each fold's map is fitted on that fold's cached member
 check and applied to its cached held-out answers (the folds of the profile of record, trained
-by bench/backtest_profiles.py); the temperature alone, the map served before, is the reference
-every candidate is paired with, on the same expedition bootstrap (within-season AUC of the
-member seasons, and the group error: the member-weighted mean |mean P − observed| over groups
-of at least 50 members).
+by bench/studies/which_training_profile.py); the temperature alone, the map served before, is
+the reference every candidate is paired with, on the same expedition bootstrap (within-season
+AUC of the member seasons, and the group error: the member-weighted mean |mean P − observed|
+over groups of at least 50 members).
 
-    .venv/bin/python bench/calibration_shifts.py --bundle /tmp/deepsummit-bundle \
+    .venv/bin/python bench/studies/which_calibration_shifts.py --bundle /tmp/deepsummit-bundle \
         [--penalties 0.01 0.1] [--candidate "hidden size 64"]
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: the shared helpers
 
 import numpy as np
 import polars as pl
 from _bundle import DEFAULT_BUNDLE
-from backtest_profiles import CANDIDATES, candidate_settings, paired_gain
 from scipy.special import logit
+from which_training_profile import CANDIDATES, candidate_settings, paired_gain
 
 from deepsummit.backtest.cache import fold_directories, read_check, trainings_directory
 from deepsummit.backtest.run import fold_jobs
@@ -65,7 +77,7 @@ def held_out_answers(
         check = read_check(trainings_directory(settings, snapshot), job.check)
         if check is None:
             raise SystemExit(
-                f"fold {job.fold.name} was not trained: run bench/backtest_profiles.py"
+                f"fold {job.fold.name} was not trained: run bench/studies/which_training_profile.py"
             )
         path = directory / f"fold-{job.fold.name}-held-out.parquet"
         held = (
@@ -112,7 +124,7 @@ def main() -> None:
     parser.add_argument("--penalties", type=float, nargs="+", default=[0.01, 0.1])
     parser.add_argument(
         "--candidate", default="the profile", choices=CANDIDATES,
-        help="whose cached folds (bench/backtest_profiles.py) to read",
+        help="whose cached folds (bench/studies/which_training_profile.py) to read",
     )  # fmt: skip
     args = parser.parse_args()
     settings = candidate_settings(args.bundle, "cpu", args.candidate, min(MEMBER_SEASONS), None)

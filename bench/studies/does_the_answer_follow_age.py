@@ -1,4 +1,12 @@
-"""The registered champion asked about every member of a peak-season as recorded, by age band:
+"""Does the answer the champion serves move with the member's age as the records do?
+
+Answer: yes, within 0.08 for every age band of Everest's non-hired spring members of 2010–2019
+(the largest gap +0.079, at 60 and over): the answer falls by 0.32 from the youngest band to the
+oldest, as the records do. The network alone stays too flat at the oldest end; maps refitted on
+the champion's own answers (`--maps`) show it is the age shifts of the served map that close
+the gap. Written down in docs/evaluation.md, "Does the served answer follow age?".
+
+The registered champion asked about every member of a peak-season as recorded, by age band:
 does the answer served move with the member as the records do?
 
 Every non-hired member of the peak's expeditions of that season in the years given is asked as
@@ -8,7 +16,8 @@ path `predict` takes (deepsummit/serve/scoring.py). These are rows the champion 
 a fit it should pass easily. Beside the served mean P, the same answers with the calibration
 map undone (the networks' own mean probability), so what the map does is seen apart.
 
-    .venv/bin/python bench/served_by_age.py [--peak EVER --season Spring --years 2010 2019]
+    .venv/bin/python bench/studies/does_the_answer_follow_age.py \
+        [--peak EVER --season Spring --years 2010 2019]
         [--model var/runs/<run>/model]   # a model folder instead of the registry's champion
         [--without 2014 2015]            # leave these years out
         [--maps 2018 2019]               # the gaps through maps refitted on these years

@@ -1,4 +1,14 @@
-"""Candidate `cpu` profiles side by side on the bundle's features: what each costs to train on
+"""Which size of network can `make train` afford on a 2-core CPU?
+
+Candidate sizes trained on one split.
+
+Answer: the `cpu` profile's (hidden size 32, 2 layers) held against hidden size 64, 4 layers and
+10 epochs; the figures of that one-split run were not kept. One split decides little: the
+question is now answered on the backtest's folds by bench/studies/which_training_profile.py
+(hidden size 64 and 3 layers are among its candidates), written down in docs/evaluation.md,
+"How the `cpu` profile was chosen".
+
+Candidate `cpu` profiles side by side on the bundle's features: what each costs to train on
 this machine and what it scores, to choose the profile the main job trains with.
 
 Each candidate is the `cpu` profile plus dotted overrides; all train on the same features folder
@@ -6,7 +16,7 @@ with the same seed, one after the other in this process. Prints a markdown table
 epochs run (early stopping included), seconds per epoch, training seconds, best validation AUC,
 test AUC and Brier of the best epoch.
 
-    .venv/bin/python bench/cpu_profiles.py [--features var/features/<digest12>]
+    .venv/bin/python bench/studies/which_cpu_profile_size.py [--features var/features/<digest12>]
 """
 
 from __future__ import annotations

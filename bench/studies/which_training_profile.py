@@ -1,4 +1,15 @@
-"""Candidate training profiles judged by the backtest, to choose the profile out of time instead
+"""Which training profile should `make train` ship? Candidate profiles judged on the backtest's
+folds, each answering its test year as the registered model answers.
+
+Answer: the `cpu` profile as it ships: one training of 4 ensemble members, hidden size 32, 2
+layers, 3 epochs, the spec's linear numeric tokens, equal season weights, the calendar inputs.
+No candidate (piecewise-linear numeric tokens, six epochs, hidden size 64, recency weights, the
+team role as a token, a larger learning rate, a smaller batch, no dropout, 8 members, 3 layers)
+was ahead of it beyond noise without a cost elsewhere, and none closed its member ranking gap
+to LightGBM. Written down in docs/evaluation.md, "How the `cpu` profile was chosen" (the inputs:
+"What each input is worth").
+
+Candidate training profiles judged by the backtest, to choose the profile out of time instead
 of on one split.
 
 Each candidate is the profile plus dotted overrides (None unsets a value). All run the same
@@ -20,7 +31,8 @@ and beside them the members' band, where each seed's best epoch fell, and the mi
 took when they were trained. The boosted trees of the same folds are the last rows, paired with
 the reference the same way.
 
-    .venv/bin/python bench/backtest_profiles.py --bundle /tmp/deepsummit-bundle --first 2016
+    .venv/bin/python bench/studies/which_training_profile.py \
+        --bundle /tmp/deepsummit-bundle --first 2016
 """
 
 from __future__ import annotations
@@ -28,8 +40,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import sys
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: the shared helpers
 
 import numpy as np
 import polars as pl
