@@ -78,6 +78,11 @@ def test_progress_reads_the_artifact_description_and_says_the_time_left() -> Non
     assert progress_line("weather", Progress(10.0, "3 of 30 calls"), None) == (
         "  weather: 3 of 30 calls; 10%"
     )
+    done = Progress(100.0, "training 3 of 3 (refit on every season), done")
+    assert progress_line("train", done, 0.0, 302) == (
+        "  train: training 3 of 3 (refit on every season), done; 100%, finishing "
+        "(running for 5 min 02 s)"
+    )
     assert parse_progress(5.0, "no brackets here") == Progress(5.0, "no brackets here")
 
 

@@ -73,9 +73,15 @@ def time_left(percent: float, elapsed_s: float) -> float | None:
     return max(0.0, elapsed_s * (100.0 - percent) / percent)
 
 
-def progress_line(stage: str, progress: Progress, left_s: float | None) -> str:
+def progress_line(
+    stage: str, progress: Progress, left_s: float | None, elapsed_s: float | None = None
+) -> str:
     """E.g. "  train: training 2 of 3 (before the test split), seed 42 (1 of 1), epoch 3 of 3;
-    44%, about 2 min 10 s left"."""
+    44%, about 2 min 10 s left"; at 100%, what is left has no estimate: "…; 100%, finishing
+    (running for 5 min 02 s)"."""
+    if progress.percent >= 100:
+        since = "" if elapsed_s is None else f" (running for {duration(elapsed_s)})"
+        return f"  {stage}: {progress.message}; 100%, finishing{since}"
     left = "" if left_s is None else f", about {duration(left_s)} left"
     return f"  {stage}: {progress.message}; {progress.percent:.0f}%{left}"
 

@@ -243,7 +243,8 @@ class Watch:
             return
         progress, seen = self.progress
         left = time_left(progress.percent, seen - self.stage_since)
-        line = progress_line(stage, progress, None if left is None else left - (now - seen))
+        left = None if left is None else left - (now - seen)
+        line = progress_line(stage, progress, left, now - self.stage_since)
         if progress != self.progress_shown and now - self.last_line >= PROGRESS_S:
             self.progress_shown = progress
             self.say(line)
