@@ -3,11 +3,14 @@ under one temporary folder, and helpers to drive the chain and ask the Prefect s
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import subprocess
 import sys
+import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +36,52 @@ POLL_S = 0.5
 TREE_BUDGETS = load_settings("tiny").baselines.model_dump(
     include={"max_rounds", "patience", "seeds"}
 )
+
+
+@dataclass
+class TimedCommand:
+    """A command running in the background, each line of its output (stdout and stderr) kept
+    with the time it arrived (time.monotonic)."""
+
+    process: subprocess.Popen
+    started: float
+    lines: list[tuple[float, str]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.append((time.monotonic(), line.rstrip("\n")))
+
+    @property
+    def text(self) -> str:
+        return "\n".join(line for _, line in self.lines)
+
+    def wait_for_line(self, pattern: str, timeout_s: float) -> re.Match[str]:
+        """The first line matching `pattern`, once it has arrived."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for _, line in list(self.lines):
+                if found := re.search(pattern, line):
+                    return found
+            if self.process.poll() is not None and not self._reader.is_alive():
+                break
+            time.sleep(POLL_S)
+        raise AssertionError(f"no line matching {pattern!r} after {timeout_s} s:\n{self.text}")
+
+    def wait(self, timeout_s: float) -> int:
+        """Its exit code, once it exited and its output is read."""
+        code = self.process.wait(timeout=timeout_s)
+        self._reader.join(timeout=30)
+        return code
+
+    def gaps(self) -> list[float]:
+        """Seconds between consecutive lines, from the start to the first line too."""
+        times = [self.started] + [at for at, _ in self.lines]
+        return [later - earlier for earlier, later in itertools.pairwise(times)]
 
 
 class Stack:
@@ -76,6 +125,15 @@ class Stack:
         )  # fmt: skip
         assert result.returncode == exit_code, result.stdout + result.stderr
         return result.stdout
+
+    def start_cli(self, *args: str) -> TimedCommand:
+        """`deepsummit <args>` against the stack, in the background, its lines timed."""
+        process = subprocess.Popen(
+            [sys.executable, "-m", "deepsummit.cli.app", *args],
+            env={**self.env, "PYTHONUNBUFFERED": "1"}, cwd=PROJECT_ROOT, text=True,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        return TimedCommand(process, time.monotonic())
 
     def trigger(self, *params: str, watch: bool = True, deployment: str = "summit/train") -> str:
         """`prefect deployment run <deployment>`; the flow run id."""

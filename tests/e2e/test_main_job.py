@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from e2e.browser import launch_browser
-from e2e.stack import RUN_DEPLOYMENT_TASK, Stack
+from e2e.stack import RUN_DEPLOYMENT_TASK, Stack, TimedCommand
 from e2e.ui_checks import (
     check_mlflow_model,
     check_mlflow_run,
@@ -43,6 +43,7 @@ from deepsummit.flows.summit import (
 )
 from deepsummit.serve.outlook import OUTLOOK_CHART_ALT
 from deepsummit.services import supervisor as services
+from deepsummit.services.local import prefect_ui_url
 
 pytestmark = [pytest.mark.e2e, pytest.mark.long, pytest.mark.timeout(900)]
 
@@ -83,22 +84,68 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         stack.cli("down")
 
 
+# `deepsummit main-job` is never silent longer than this while its run goes on.
+MAX_SILENCE_S = 60
+
+
 @pytest.fixture(scope="module")
-def runs(stack: Stack) -> tuple[str, str]:
-    """Two runs of summit/train triggered at once, as when someone starts one while the nightly
-    run trains: the first to end, and the other, which the deployment queued behind it and
-    which goes on while the tests read the first."""
+def main_job(stack: Stack) -> Iterator[TimedCommand]:
+    """`deepsummit main-job` (what `make train` runs) on the tiny profile, its lines timed."""
+    job = stack.start_cli("main-job", "--param", "profile=tiny", "--timeout-s", "840")
+    yield job
+    if job.process.poll() is None:
+        job.process.kill()
+        job.wait(timeout_s=30)
+
+
+@pytest.fixture(scope="module")
+def runs(stack: Stack, main_job: TimedCommand) -> tuple[str, str]:
+    """Two runs of summit/train, as when someone starts one while the nightly run trains: the
+    main job's, and another triggered once the first runs, which the deployment queues behind
+    it and which goes on while the tests read the first."""
     started = time.monotonic()
-    triggered = [stack.trigger("profile=tiny", watch=False) for _ in range(2)]
-    first = stack.wait_first_finished(*triggered)["id"]
-    print(f"\nfirst summit/train run: {time.monotonic() - started:.1f} s")
-    (queued,) = set(triggered) - {first}
+    first = main_job.wait_for_line(r"/runs/flow-run/([0-9a-f-]{36})$", 300)[1]
+    main_job.wait_for_line(r"^  summit/train: running", 600)
+    queued = stack.trigger("profile=tiny", watch=False)
+    code = main_job.wait(timeout_s=800)
+    print(f"\nfirst summit/train run (main-job): {time.monotonic() - started:.1f} s")
+    print("\n".join(f"{at - main_job.started:7.1f} s  {line}" for at, line in main_job.lines))
+    assert code == 0, main_job.text
     return first, queued
 
 
 @pytest.fixture(scope="module")
 def first_run(runs: tuple[str, str]) -> str:
     return runs[0]
+
+
+def test_the_main_job_prints_every_stage_and_is_never_silent_for_long(
+    stack: Stack, main_job: TimedCommand, first_run: str, training_run: dict[str, Any]
+) -> None:
+    """What a person sees from `make train`: a line per stage as it ends, with what it made
+    and its seconds; the training's progress (which training of three, the epoch, the time
+    left) from its child flow run; the links at the end; no raw Prefect events; and never
+    more than MAX_SILENCE_S without a line."""
+    text = main_job.text
+    lines = [line for _, line in main_job.lines]
+    for stage in CHAIN:
+        assert any(re.match(rf"{stage.name} +(\d+ min )?\d+ s( |$)", line) for line in lines), text
+    assert re.search(r"^ingest .* rows ingested, [\d,]+ quarantined", text, re.MULTILINE), text
+    assert re.search(r"^train .* model deepsummit v\d+ \(champion\), test AUC 0\.\d{3}", text,
+                     re.MULTILINE), text  # fmt: skip
+    assert f"  train flow run {training_run['name']}: running on worker" in text
+    progress = [line for line in lines if line.startswith("  train: training ")]
+    assert progress, text
+    shape = r"training [123] of 3 \(.+\), (seed \d+ .*epoch \d+ of \d+|done).*; \d+%"
+    assert all(re.search(shape, line) for line in progress), progress
+    ui = prefect_ui_url(stack.settings)
+    assert f"Prefect flow run   {ui}/runs/flow-run/{first_run}" in text
+    for link in ("MLflow model", "MLflow run", "Data Docs", "run folder", "Prefect login"):
+        assert re.search(rf"^{link} +\S", text, re.MULTILINE), text
+    assert "Asset" not in text and "concurrency limit" not in text.lower()  # Prefect's events
+    longest = max(main_job.gaps())
+    print(f"\nmain-job: {len(lines)} lines, the longest silence {longest:.1f} s")
+    assert longest <= MAX_SILENCE_S, text
 
 
 def test_up_is_idempotent(stack: Stack) -> None:
@@ -234,7 +281,11 @@ def test_lineage_and_model_are_readable_in_the_uis(
             browser,
             stack.prefect,
             training_run["id"],
-            {progress_key("train"): [f"train: {epochs} of {epochs} (refit on every season"]},
+            {
+                progress_key("train"): [
+                    f"train: {epochs} of {epochs} (training 3 of 3 (refit on every season)"
+                ]
+            },
         )
         run_id = check_mlflow_model(browser, mlflow_url, "deepsummit", champion.version)
         assert run_id == champion.run_id

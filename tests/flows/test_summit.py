@@ -219,7 +219,9 @@ def test_training_reports_its_progress_as_a_prefect_artifact(runs) -> None:
     # tiny: 2 seeds of 2 epochs planned in the member check, the training before the test split,
     # then the refit on every season (the refits train the epochs the check kept, maybe fewer)
     assert float(progress.data) == 100.0
-    assert progress.description == "train: 12 of 12 (refit on every season, done)"
+    assert progress.description == (
+        "train: 12 of 12 (training 3 of 3 (refit on every season), done)"
+    )
 
 
 def _artifacts(flow_run_id: Any) -> dict[str, Any]:

@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import json
-import os
-import re
-import subprocess
-import sys
+import time
 from dataclasses import asdict
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -23,6 +18,7 @@ from deepsummit.cli.common import (
     settings_for,
 )
 from deepsummit.cli.exit_codes import ExitCode
+from deepsummit.cli.job_lines import reason
 from deepsummit.core.config import Settings
 from deepsummit.core.options import RunOptions
 from deepsummit.services import local
@@ -35,8 +31,7 @@ def up(profile: Profile = None) -> None:
     `predict` (what runs already is kept), create the work pool and apply the deployments of
     prefect.yaml."""
     settings = settings_for(profile, RunOptions())
-    for line in services.up(settings):
-        typer.echo(line)
+    services.up(settings, echo=typer.echo)
     typer.echo(_render_status(_status_document(settings)))
 
 
@@ -126,31 +121,46 @@ def main_job(
         int, typer.Option(help="Give up watching after this many seconds.")
     ] = 3600,
 ) -> None:
-    """The main job: services up, `prefect deployment run summit/train --watch` on the bundle,
-    then where to look (flow run, model version, Data Docs)."""
+    """The main job: services up, a run of summit/train on the bundle, then where to look.
+
+    The run is followed by asking the Prefect server: one line per stage as it ends (what it
+    made, in how many seconds) and, while the train stage runs, wherever it runs, which
+    training of three, the epoch and the time left, at least every 20 s. At the end: the flow
+    run, the model version, the MLflow run, Data Docs and the run folder."""
+    from deepsummit.cli.job_watch import Watch, WatchFailed, parameters, start_run
+    from deepsummit.flows.stages import CHAIN  # not for every command: it imports Prefect
+
     settings = settings_for(profile, RunOptions())
-    for line in services.up(settings):
-        typer.echo(line)
-    params = [*(param or []), *([f"profile={profile}"] if profile else [])]
-    command = [
-        str(Path(sys.executable).parent / "prefect"), "deployment", "run", "summit/train",
-        "--watch", "--watch-timeout", str(timeout_s),
-        *(arg for p in params for arg in ("--param", p)),
-    ]  # fmt: skip
-    started = dt.datetime.now()
-    flow_run_id = _stream(command, {**os.environ, **services.prefect_env(settings)})
-    minutes = (dt.datetime.now() - started).total_seconds() / 60
+    typer.echo("local services: starting what is not running (Prefect, MLflow, worker, scorer)")
+    services.up(settings, echo=typer.echo)
+    started = time.monotonic()
+    deadline = started + timeout_s
+    api = services.prefect_api(settings)
+    ui = local.prefect_ui_url(settings)
+    try:
+        params = parameters([*(param or []), *([f"profile={profile}"] if profile else [])])
+        run = start_run(api, "summit/train", params)
+        typer.echo(f"\nsummit/train: flow run {run['name']}  {ui}/runs/flow-run/{run['id']}")
+        watch = Watch(api, run, tuple(stage.name for stage in CHAIN), typer.echo)
+        run = watch.follow(deadline)
+    except WatchFailed as error:
+        raise fail(str(error), error.code) from None
+    _print_links(settings, run, (time.monotonic() - started) / 60)
+
+
+def _print_links(settings: Settings, run: dict[str, Any], minutes: float) -> None:
+    """Where to look once the run ended; a run that did not complete fails the command."""
     ui = local.prefect_ui_url(settings)
     typer.echo("")
-    if flow_run_id is None:
-        raise fail("could not start summit/train; see the output above", ExitCode.FAILED)
-    typer.echo(f"Prefect flow run   {ui}/runs/flow-run/{flow_run_id}  ({minutes:.1f} min)")
+    typer.echo(f"Prefect flow run   {ui}/runs/flow-run/{run['id']}  ({minutes:.1f} min)")
     typer.echo(f"Prefect login      {local.prefect_login_hint(settings)}")
-    summary_file = settings.paths.runs_dir / flow_run_id / "summary.json"
-    if not summary_file.exists():
+    summary_file = settings.paths.runs_dir / run["id"] / "summary.json"
+    if run["state_type"] != "COMPLETED" or not summary_file.exists():
         typer.echo(f"worker log         {services.log_file(settings, services.WORKER)}")
+        state = run.get("state") or {}
         raise fail(
-            "summit/train did not complete; see the flow run and the worker log", ExitCode.FAILED
+            f"summit/train did not complete: {reason(run['state_name'], state.get('message'))}",
+            ExitCode.FAILED,
         )
     summary = json.loads(summary_file.read_text())
     role = "champion" if summary["champion"] else "challenger"
@@ -160,17 +170,3 @@ def main_job(
     typer.echo(f"MLflow run         {summary['mlflow_run_url']}")
     typer.echo(f"Data Docs          {summary['data_docs']}")
     typer.echo(f"run folder         {summary['run_dir']}")
-
-
-def _stream(command: list[str], env: dict[str, str]) -> str | None:
-    """Run `command`, echoing its output; the flow run id it printed, or None."""
-    flow_run_id = None
-    with subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
-    ) as process:
-        assert process.stdout is not None
-        for line in process.stdout:
-            typer.echo(line, nl=False)
-            if match := re.search(r"UUID: ([0-9a-f-]{36})", line):
-                flow_run_id = match.group(1)
-    return flow_run_id

@@ -34,6 +34,7 @@ from deepsummit.core.warehouse import writer_lock
 from deepsummit.flows.artifacts import LineageRow
 from deepsummit.flows.cache_keys import STAGE_CACHE, cache_inputs
 from deepsummit.flows.resources import RESOURCES
+from deepsummit.flows.stage_ends import progress_key
 from deepsummit.flows.stages import STAGES, Stage, outputs, producer, written
 
 
@@ -196,10 +197,6 @@ def _task(
 # run's logs (PREFECT_LOGGING_EXTRA_LOGGERS) but leaves its level to the root's WARNING, which
 # would drop the per-epoch lines.
 logging.getLogger("deepsummit").setLevel(logging.INFO)
-
-
-def progress_key(stage: str) -> str:
-    return f"deepsummit-{stage}-progress"
 
 
 @dataclass

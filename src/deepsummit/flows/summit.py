@@ -9,9 +9,10 @@ waiting for the stages that write what it reads, and the lineage and summary art
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
-from prefect import Flow, flow
+from prefect import Flow, flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
 from prefect.runtime import flow_run
 
@@ -23,6 +24,7 @@ from deepsummit.flows.artifacts import (
     summary_markdown,
 )
 from deepsummit.flows.runner import Chain
+from deepsummit.flows.stage_ends import StageEnd, made
 from deepsummit.flows.stages import (
     BACKTEST_CHAIN,
     CHAIN,
@@ -101,11 +103,22 @@ def summit(
     """
     chain = start_chain(profile, options, overrides)
     for stage in CHAIN:
+        started = time.monotonic()
         if stage is TRAIN and (deployment := training_deployment(chain.settings)):
             train_in_deployment(chain, deployment)
         else:
             chain.run_stage(stage)
+        log_stage_end(chain, stage, time.monotonic() - started)
     return publish(chain)
+
+
+def log_stage_end(chain: Chain, stage: Stage, seconds: float) -> None:
+    """One log line of the flow run as `stage` ends: what `deepsummit main-job` prints. Cached
+    when every asset it produced this run was served from the cache."""
+    states = {row.state for row in chain.lineage if row.stage == stage.name}
+    state = "Cached" if states == {"Cached"} else "Completed"
+    end = StageEnd(stage.name, state, seconds, made(stage.name, chain.reports.get(stage.name)))
+    get_run_logger().info("%s", end.message())
 
 
 @flow(name="summit", log_prints=True)

@@ -17,6 +17,7 @@ origins. Everything `up` starts that talks to Prefect gets the secret in its env
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -245,17 +246,27 @@ def deploy(settings: Settings) -> list[str]:
     return [f"deployments applied: {', '.join(names)}", *lines]
 
 
-def up(settings: Settings, timeout_s: float = 120.0) -> list[str]:
+def _note(done: list[str], echo: Callable[[str], None] | None, *lines: str) -> None:
+    """`lines` kept in `done`, and given to `echo` as they come where there is one."""
+    done.extend(lines)
+    for line in lines if echo is not None else ():
+        echo(line)
+
+
+def up(
+    settings: Settings, timeout_s: float = 120.0, echo: Callable[[str], None] | None = None
+) -> list[str]:
     """Bring the servers, the worker and the scorer up (what runs already is kept) and apply
-    the alerts setting; lines of what was done."""
+    the alerts setting; lines of what was done, each also given to `echo` as it is done."""
     settings.services.run_dir.mkdir(parents=True, exist_ok=True)
     settings.paths.var_dir.mkdir(parents=True, exist_ok=True)
     svc = settings.services
     done: list[str] = []
+    note = functools.partial(_note, done, echo)
     # What an earlier start left behind when its main process died holds the port: ours to stop.
     for name in service_names(settings):
         if leftovers(settings, name):
-            done.append(f"{name}: {stop_process(settings, name)}")
+            note(f"{name}: {stop_process(settings, name)}")
     # The ports first: a taken one stops `up` before it starts anything.
     _check_port(settings, PREFECT_SERVER, svc.prefect_port)
     _check_port(settings, MLFLOW_SERVER, svc.mlflow_port)
@@ -275,7 +286,7 @@ def up(settings: Settings, timeout_s: float = 120.0) -> list[str]:
             postgres.healthy, timeout_s,
         )  # fmt: skip
         created = postgres.create_databases(settings)
-        done.append(
+        note(
             f"{postgres.POSTGRES}: {'started' if started else 'already running'}"
             + (f" (created {', '.join(created)})" if created else "")
         )
@@ -286,18 +297,18 @@ def up(settings: Settings, timeout_s: float = 120.0) -> list[str]:
     )  # fmt: skip
     for name, command, env, check in servers:
         started = _ensure_process(settings, name, command(settings), env, check, timeout_s)
-        done.append(f"{name}: {'started' if started else 'already running'}")
+        note(f"{name}: {'started' if started else 'already running'}")
     check_prefect_auth(settings)
     if recorded_pid(settings, WORKER) is None:
-        done.extend(deploy(settings))
+        note(*deploy(settings))
     started = _ensure_process(
         settings, WORKER, _worker_command(settings), worker_env(settings), worker_healthy, timeout_s
     )
-    done.append(f"{WORKER}: {'started' if started else 'already running'}")
+    note(f"{WORKER}: {'started' if started else 'already running'}")
     if svc.scorer:
         wait_healthy(settings, SCORER, scorer_healthy, timeout_s)
-        done.append(f"{SCORER}: {'started' if scorer_started else 'already running'}")
-    done.append(alerts.apply(settings, prefect_api(settings)))
+        note(f"{SCORER}: {'started' if scorer_started else 'already running'}")
+    note(alerts.apply(settings, prefect_api(settings)))
     return done
 
 

@@ -238,7 +238,9 @@ def _parts(progress: Progress, per_training: int, epoch_log: EpochLog | None):
     def part(index: int, label: str, prefix: str) -> tuple[Progress, EpochLog | None]:
         share = partial_progress(progress, index * per_training, 3 * per_training)
         return (
-            lambda done, total, message: share(done, total, f"{label}, {message}"),
+            lambda done, total, message: share(
+                done, total, f"training {index + 1} of 3 ({label}), {message}"
+            ),
             prefixed(epoch_log, prefix),
         )
 

@@ -136,7 +136,8 @@ def epoch_reporter(
         progress(
             offset * train_config.max_epochs + record.epoch,
             planned,
-            f"seed {seed} ({offset + 1} of {train_config.seeds}), epoch {record.epoch}{judged}",
+            f"seed {seed} ({offset + 1} of {train_config.seeds}), epoch {record.epoch} of "
+            f"{train_config.max_epochs}{judged}",
         )
 
     return report
