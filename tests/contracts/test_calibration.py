@@ -3,6 +3,8 @@ round-trips through its JSON."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import polars as pl
 import pytest
@@ -53,15 +55,15 @@ def test_none_is_the_plain_sigmoid() -> None:
 
 @pytest.fixture(scope="module")
 def older_fall_behind():
-    """Members whose true logit is the network's z minus 1.2 past 60 (centred, so that the
-    level over all rows stays z's): a network that stays flat with age, as the served one did
-    (issue 42). A tenth of the rows has no age."""
+    """Members whose true logit is the network's z falling by 0.06 a year past 50, 1.2 by 70
+    (centred, so that the level over all rows stays z's): a network that stays flat with age,
+    as the served one did. A tenth of the rows has no age."""
     rng = np.random.default_rng(5)
     n = 30_000
     age = rng.integers(18, 75, n).astype(float)
     z = rng.normal(0.3, 1.0, n)
-    oldest = age >= 60
-    true_logit = z - 1.2 * (oldest - oldest.mean())
+    decline = 0.06 * np.clip(age - 50, 0, 20)
+    true_logit = z - (decline - decline.mean())
     labels = (rng.random(n) < 1 / (1 + np.exp(-true_logit))).astype(float)
     rows = pl.DataFrame({"age": age, "label": labels}).with_columns(
         age=pl.when(pl.Series(rng.random(n) < 0.1)).then(None).otherwise(pl.col("age"))
@@ -83,11 +85,33 @@ def test_an_age_shift_answers_the_oldest_band_where_one_scale_cannot(
     shifted = Calibrator.fit(method, z, labels, rows, ("age",), penalty=0.001)
     assert _oldest_gap(plain, z, labels, rows) > 0.1
     assert abs(_oldest_gap(shifted, z, labels, rows)) < 0.02
-    shifts = shifted.group_shifts["age"]
-    assert shifts["60 and over"] - shifts["40s"] == pytest.approx(-1.2, abs=0.15)
+    shifts = shifted.group_shifts["age"]  # a curve: its knots every ten years
+    assert list(shifts) == ["20", "30", "40", "50", "60", "70"]
+    assert shifts["70"] - shifts["50"] == pytest.approx(-1.2, abs=0.15)
     # Centred: over the rows it was fitted on, the shifts change the mean answer by little.
     assert shifted.probabilities(z, rows).mean() == pytest.approx(labels.mean(), abs=0.01)
     assert Calibrator.from_json(shifted.to_json()) == shifted
+
+
+def test_the_age_curve_moves_a_member_smoothly_from_one_birthday_to_the_next(
+    older_fall_behind,
+) -> None:
+    z, labels, rows = older_fall_behind
+    shifted = Calibrator.fit("temperature", z, labels, rows, ("age",), penalty=0.001)
+    ages = pl.DataFrame({"age": np.arange(15.0, 90.0)})
+    offsets = shifted.group_offsets(ages, ages.height)
+    steepest = max(abs(b - a) for a, b in itertools.pairwise(shifted.group_shifts["age"].values()))
+    # Linear between knots ten years apart, flat outside them: no step larger than a tenth of
+    # the steepest knot-to-knot change, and none at all before 20 or after 70.
+    assert np.abs(np.diff(offsets)).max() <= steepest / 10 + 1e-12
+    assert np.ptp(offsets[:6]) == 0 and np.ptp(offsets[-20:]) == 0
+
+
+def test_a_map_fitted_with_age_bands_still_answers_by_band() -> None:
+    """A map registered before age became a curve keeps its band shifts."""
+    banded = Calibrator("temperature", group_shifts={"age": {"50s": 0.25, "60 and over": -0.5}})
+    rows = pl.DataFrame({"age": [55.0, 65.0, 35.0]})
+    np.testing.assert_allclose(banded.group_offsets(rows, 3), [0.25, -0.5, 0.0])
 
 
 def test_the_shifts_average_to_nothing_and_an_unknown_age_gets_none(older_fall_behind) -> None:

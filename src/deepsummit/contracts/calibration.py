@@ -20,7 +20,13 @@ the shifts average to nothing there, so the answers' level stays the map's, and 
 group is unknown (an expedition record has no member's age) gets no shift. Within one group the
 map is still monotone in z; across groups it moves one group's answers against another's,
 which is what it is for: the network's answer for the oldest climbers stays near the others'
-while their summit rate does not (issue 42, docs/evaluation.md).
+while their summit rate does not (docs/evaluation.md).
+
+Age is a number, so its shift is a curve rather than a step per band: s(age) is linear between
+knots every ten years (`CURVE_KNOTS`, flat outside them), fitted as one shift per knot with
+each row weighted by its two neighbouring knots (hat functions). Those weights sum to one, so
+the centring above holds for the curve as for the groups, and nobody's answer jumps on a
+birthday.
 """
 
 from __future__ import annotations
@@ -32,30 +38,59 @@ from typing import Literal
 import numpy as np
 import polars as pl
 
-from deepsummit.contracts.member_groups import GROUP_FAMILIES
+from deepsummit.contracts.member_groups import AGE_BAND_STARTS, GROUP_FAMILIES
 
 Method = Literal["none", "temperature", "platt", "isotonic"]
+# The families whose shift is a curve of a member column, and its knots (see the docstring).
+CURVE_KNOTS: dict[str, tuple[int, ...]] = {"age": AGE_BAND_STARTS}
 
 
 def _sigmoid(z: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-z))
 
 
+def _hats(values: np.ndarray, knots: tuple[int, ...]) -> np.ndarray:
+    """(rows, knots): each value's weight on each knot, linear between its two neighbours and
+    all on the nearest knot outside them; rows of a missing value weigh nothing."""
+    points = np.asarray(knots, np.float64)
+    clipped = np.clip(values, points[0], points[-1])
+    weights = np.stack(
+        [np.interp(clipped, points, np.eye(len(points))[k]) for k in range(len(points))], axis=1
+    )
+    return np.nan_to_num(weights * np.isfinite(values)[:, None])
+
+
+def _memberships(rows: pl.DataFrame, family: str) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """The family's levels (its groups, or a curve's knots), each row's weight on each level
+    (rows, levels), and whether the row's family is known."""
+    if family in CURVE_KNOTS:
+        values = rows[family].cast(pl.Float64).fill_null(np.nan).to_numpy()
+        return (
+            [str(k) for k in CURVE_KNOTS[family]],
+            _hats(values, CURVE_KNOTS[family]),
+            np.isfinite(values),
+        )
+    groups = rows.select(GROUP_FAMILIES[family].alias(family))[family]
+    levels = sorted(groups.drop_nulls().unique())
+    weights = np.stack([(groups == g).fill_null(False).to_numpy() for g in levels], axis=1)
+    return levels, weights.astype(np.float64), groups.is_not_null().to_numpy()
+
+
 def _centred_indicators(
     rows: pl.DataFrame, families: tuple[str, ...]
 ) -> tuple[list[tuple[str, str]], np.ndarray, np.ndarray]:
-    """The groups `(family, group)` of `families` that `rows` hold; each row's membership of
-    each, less the group's share of the rows where its family is known (zero where it is
-    unknown): (rows, groups); and the shares."""
-    groups = rows.select(**{family: GROUP_FAMILIES[family] for family in families})
-    levels = [(f, g) for f in families for g in sorted(groups[f].drop_nulls().unique())]
-    centred, shares = np.zeros((rows.height, len(levels))), np.zeros(len(levels))
-    for column, (family, group) in enumerate(levels):
-        known = groups[family].is_not_null().to_numpy()
-        member = (groups[family] == group).fill_null(False).to_numpy()
-        shares[column] = member.sum() / known.sum()
-        centred[:, column] = (member - shares[column]) * known
-    return levels, centred, shares
+    """The levels `(family, group or knot)` of `families` that `rows` hold; each row's weight on
+    each, less the level's share of the rows where its family is known (zero where it is
+    unknown): (rows, levels); and the shares."""
+    levels: list[tuple[str, str]] = []
+    columns, all_shares = [], []
+    for family in families:
+        names, weights, known = _memberships(rows, family)
+        shares = weights[known].sum(axis=0) / known.sum()
+        levels += [(family, name) for name in names]
+        columns.append((weights - shares) * known[:, None])
+        all_shares.append(shares)
+    return levels, np.hstack(columns), np.concatenate(all_shares)
 
 
 def _centred_shifts(
@@ -80,7 +115,8 @@ class Calibrator:
     # isotonic: the fitted step function, logit thresholds and their probabilities
     thresholds: list[float] = field(default_factory=list)
     values: list[float] = field(default_factory=list)
-    # temperature, platt: family → group → its shift s_f[g] (centred: see the module docstring)
+    # temperature, platt: family → group → its shift s_f[g] (centred: see the module docstring);
+    # a curve's family (`CURVE_KNOTS`): knot → its shift, linear between knots
     group_shifts: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @classmethod
@@ -150,10 +186,16 @@ class Calibrator:
                 f"this map shifts by {', '.join(self.group_shifts)}: it needs the member columns "
                 "of every row it answers"
             )
-        groups = rows.select(**{f: GROUP_FAMILIES[f] for f in self.group_shifts})
         offset = np.zeros(count)
         for family, shifts in self.group_shifts.items():
-            mapped = groups[family].replace_strict(shifts, default=0.0, return_dtype=pl.Float64)
+            if family in CURVE_KNOTS and set(shifts) == {str(k) for k in CURVE_KNOTS[family]}:
+                values = rows[family].cast(pl.Float64).fill_null(np.nan).to_numpy()
+                knots = CURVE_KNOTS[family]
+                offset += _hats(values, knots) @ np.array([shifts[str(k)] for k in knots])
+                continue
+            # A family of groups (a map fitted before age became a curve kept its age bands).
+            groups = rows.select(GROUP_FAMILIES[family].alias(family))[family]
+            mapped = groups.replace_strict(shifts, default=0.0, return_dtype=pl.Float64)
             offset += mapped.fill_null(0.0).to_numpy()
         return offset
 
