@@ -23,13 +23,13 @@ from deepsummit.serve.inference import ensemble_logit, ensemble_probability
 from deepsummit.train.baseline_protocol import baseline_seeds, run_baselines
 from deepsummit.train.baselines import CATBOOST, LIGHTGBM, LOGISTIC
 from deepsummit.train.comparison import TRANSFORMER, logit
+from deepsummit.train.evaluation import HELD_OUT_KEYS
 from deepsummit.train.recipe import fit_calibrator
 
 MODELS = (TRANSFORMER, LIGHTGBM, CATBOOST, LOGISTIC)
 BASELINES = (LOGISTIC, LIGHTGBM, CATBOOST)
 WEATHER_MASKED = "transformer, weather masked"
 PUSH_DAY_SCORED = (TRANSFORMER, WEATHER_MASKED, LIGHTGBM, CATBOOST)  # scored on the days
-HELD_OUT_KEYS = ("expid", "member_id", "year", "season", "peakid", "record", "label")
 
 
 @dataclass(frozen=True)

@@ -147,12 +147,11 @@ def run_baselines(
             checked = counted  # trained on the check's own seasons before, at that count
         else:
             checked = fits["check"][name](sliced(check.arrays["train"]), seed, rounds, None)
-        calibrator = fit_calibrator(
-            train_config, logit(checked.probability(check.member_arrays)), check.members
-        )
+        on_check = checked.probability(check.member_arrays)
+        calibrator = fit_calibrator(train_config, logit(on_check), check.members)
         predict = _refit(fits["refit"][name], sliced(train), seed, rounds, seeds if rounds else 1)
         seconds = time.perf_counter() - started
-        models.append(_judged(name, predict, test, seconds, calibrator, rounds or 0))
+        models.append(_judged(name, predict, test, seconds, calibrator, rounds or 0, on_check))
     return models
 
 
@@ -177,9 +176,10 @@ def _judged(
     seconds: float,
     calibrator: Calibrator,
     rounds: int,
+    on_check: np.ndarray,
 ) -> ModelPredictions:
     """The refit model's answer on `test`, with its cost."""
     started = time.perf_counter()
     answers = predict(test)
     per_1000 = (time.perf_counter() - started) / max(1, len(test)) * 1000
-    return ModelPredictions(name, answers, seconds, per_1000, predict, calibrator, rounds)
+    return ModelPredictions(name, answers, seconds, per_1000, predict, calibrator, rounds, on_check)

@@ -234,3 +234,6 @@ class ModelPredictions:
     predict: Predictor
     calibrator: Calibrator | None = None
     rounds: int = 0  # a tree's boosting rounds, as its held-out check counted them
+    # Its own probabilities on the member check's rows, trained on the seasons before them
+    # (what its map is fitted on); None for a model that has none here.
+    check: np.ndarray | None = None

@@ -27,17 +27,31 @@ from deepsummit.core.seasons import season_name
 from deepsummit.core.sections import BacktestConfig, TrainConfig
 from deepsummit.serve.inference import ensemble_probability, member_logits
 from deepsummit.train.baselines import ModelPredictions
-from deepsummit.train.bootstrap import weighted_auc
-from deepsummit.train.comparison import TRANSFORMER, Comparison, SeedSpread, compare, logit
+from deepsummit.train.bootstrap import (
+    Interval,
+    paired_auc_difference,
+    replicate_weights,
+    weighted_auc,
+)
+from deepsummit.train.comparison import (
+    TRANSFORMER,
+    Comparison,
+    SeedSpread,
+    compare,
+    logit,
+    slug,
+)
 from deepsummit.train.expeditions import ExpeditionTable, expedition_table
 from deepsummit.train.member_groups import ALL_PEAKS, GroupCalibration, calibration_by_scope
 from deepsummit.train.metrics import auc_by_group
 from deepsummit.train.plots import plot_calibration, plot_roc
-from deepsummit.train.recipe import MemberCheck, transformer_predictions
+from deepsummit.train.recipe import MemberCheck, out_of_fold_answers, transformer_predictions
 from deepsummit.train.tracking import log_plots
 from deepsummit.train.trainer import TrainResult
 
 WITHOUT_MAP = f"{TRANSFORMER}, without its map"
+# What identifies a test row, and its outcome, in the held-out answers of the run.
+HELD_OUT_KEYS = ("expid", "member_id", "year", "season", "peakid", "record", "label")
 
 
 @dataclass(frozen=True)
@@ -61,12 +75,30 @@ class HeldOut:
 
 
 @dataclass(frozen=True)
+class TreeLead:
+    """The transformer against the best tree on the member check's members, each through its
+    map fitted on the check's other years: AUC of each, and their paired difference."""
+
+    tree: str
+    transformer_auc: float
+    tree_auc: float
+    difference: Interval  # transformer − tree
+
+    def describe(self) -> str:
+        return (
+            f"member check AUC: transformer {self.transformer_auc:.3f}, {self.tree} "
+            f"{self.tree_auc:.3f}, transformer − {self.tree} {self.difference.render()}"
+        )
+
+
+@dataclass(frozen=True)
 class Evaluation:
     comparison: Comparison
     served: dict[str, np.ndarray]  # each model's answer on the test rows, as served
     expeditions: ExpeditionTable | None  # the test split's expedition records, by expedition
     member_groups: dict[str, GroupCalibration]  # the member check, by scope
     member_answers: np.ndarray  # the transformer's on the check's rows (map out of fold)
+    tree_lead: TreeLead | None  # None without a tree among the baselines
 
     @property
     def group_error(self) -> float:
@@ -116,11 +148,51 @@ def evaluate(
         held_out_expeditions(backtest, held_out.rows, served),
         member_groups,
         member_answers,
+        lead_over_trees(check, train_config, baselines, member_answers),
     )
     log_evaluation(evaluation, check, transformer)
+    log_held_out_answers(held_out.rows, served, run_dir / "held_out.parquet")
+    mlflow.log_params({f"rounds.{slug(m.name)}": m.rounds for m in baselines if m.rounds})
     _group_aucs(held_out.rows, held_out.arrays.label, served[TRANSFORMER])
     _log_plots(run_dir / "plots", held_out.arrays.label, models, served, transformer[0])
     return evaluation
+
+
+def lead_over_trees(
+    check: MemberCheck,
+    train_config: TrainConfig,
+    baselines: list[ModelPredictions],
+    member_answers: np.ndarray,
+) -> TreeLead | None:
+    """`TreeLead` of the best tree on the member check (by its own AUC there), paired by an
+    expedition bootstrap of the check's rows; `member_answers`: the transformer's."""
+    trees = {
+        m.name: out_of_fold_answers(train_config, logit(m.check), check.rows)
+        for m in baselines
+        if m.rounds and m.check is not None
+    }
+    if not trees:
+        return None
+    labels = check.rows["label"].cast(pl.Float64).to_numpy()
+    whole = np.ones((1, len(labels)))
+    aucs = {name: float(weighted_auc(labels, answers, whole)[0]) for name, answers in trees.items()}
+    best = max(aucs, key=aucs.__getitem__)
+    groups = check.rows.select(pl.format("{}/{}", "expid", "year")).to_series().to_numpy()
+    return TreeLead(
+        best,
+        float(weighted_auc(labels, member_answers, whole)[0]),
+        aucs[best],
+        paired_auc_difference(labels, member_answers, trees[best], replicate_weights(groups)),
+    )
+
+
+def log_held_out_answers(rows: pl.DataFrame, served: dict[str, np.ndarray], path: Path) -> None:
+    """Each test row's answer of every model, as served, in the run's `evaluation/` folder:
+    what a comparison with a model outside the stage pairs with, row by row."""
+    rows.select(*HELD_OUT_KEYS).with_columns(
+        **{name: pl.Series(values) for name, values in served.items()}
+    ).write_parquet(path)
+    mlflow.log_artifact(str(path), "evaluation")
 
 
 def log_evaluation(
@@ -145,6 +217,15 @@ def log_evaluation(
         + "\n".join(table.markdown() for table in groups.values()),
         "evaluation/member_groups.md",
     )
+    if evaluation.tree_lead is not None:
+        lead = evaluation.tree_lead
+        mlflow.log_metrics(
+            {
+                "member_check_auc_best_tree": lead.tree_auc,
+                **lead.difference.as_dict("member_check_auc_transformer_minus_best_tree"),
+            }
+        )
+        mlflow.set_tag("member_check_best_tree", lead.tree)
     if evaluation.expeditions is not None:
         mlflow.log_metrics(evaluation.expeditions.metrics("test_expeditions_"))
         mlflow.log_text(evaluation.expeditions.markdown(), "evaluation/expeditions.md")

@@ -271,15 +271,19 @@ class MemberCheck:
     def out_of_fold(self, config: TrainConfig) -> np.ndarray:
         """The answers on the check's rows, each year's through a map fitted on the other
         years: what the map does to rows it was not fitted on."""
-        years = self.rows["year"].to_numpy()
-        logit = ensemble_logit(self.logits)
-        answers = np.empty(len(logit))
-        for year in self.years:
-            held = years == year
-            rest = self.rows.filter(pl.Series(~held))
-            fitted = fit_calibrator(config, logit[~held], rest)
-            answers[held] = fitted.probabilities(logit[held], self.rows.filter(pl.Series(held)))
-        return answers
+        return out_of_fold_answers(config, ensemble_logit(self.logits), self.rows)
+
+
+def out_of_fold_answers(config: TrainConfig, logit: np.ndarray, rows: pl.DataFrame) -> np.ndarray:
+    """A model's answers on member `rows` (its `logit` on them), each year's through the
+    recipe's map fitted on the other years."""
+    years = rows["year"].to_numpy()
+    answers = np.empty(len(logit))
+    for year in np.unique(years):
+        held = years == year
+        fitted = fit_calibrator(config, logit[~held], rows.filter(pl.Series(~held)))
+        answers[held] = fitted.probabilities(logit[held], rows.filter(pl.Series(held)))
+    return answers
 
 
 def fit_calibrator(config: TrainConfig, logit: np.ndarray, rows: pl.DataFrame) -> Calibrator:

@@ -390,6 +390,13 @@ def gate_version(
             "model_version": registered.version,
             "champion_decision": "promoted" if decision.promoted else "challenger",
             "champion_reason": decision.reason,
+            # The gate judges the transformer against its champion; beside it, against the
+            # best tree on the same member check.
+            **(
+                {"member_check_vs_best_tree": evaluation.tree_lead.describe()}
+                if evaluation.tree_lead is not None
+                else {}
+            ),
         }
     )
     return decision
