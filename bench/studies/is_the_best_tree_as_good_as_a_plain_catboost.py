@@ -35,7 +35,7 @@ from deepsummit.core.config import load_settings
 from deepsummit.train.baselines import CATBOOST, LIGHTGBM
 from deepsummit.train.comparison import TRANSFORMER
 from deepsummit.train.evaluation import HELD_OUT_KEYS
-from deepsummit.train.expeditions import expedition_table
+from deepsummit.train.expeditions import ExpeditionTable, expedition_table
 
 PLAN_CATEGORIES = ("peakid", "route1", "season", "style")
 PLAN_NUMBERS = ("is_commercial", "oxygen_planned", "totmembers", "heightm", "day_of_year")
@@ -99,12 +99,14 @@ def main() -> None:
     records = joined.filter(pl.col("record") == "expedition")
     trees = [name for name in (LIGHTGBM, CATBOOST) if name in records.columns]
     models = (TRANSFORMER, *trees, PLAIN)
-    table = expedition_table(
-        records,
-        models,
-        settings.backtest.min_season_expeditions,
-        settings.backtest.unscored_seasons,
-    )
+    backtest = settings.backtest
+
+    def judged(names: tuple[str, ...]) -> ExpeditionTable:
+        return expedition_table(
+            records, names, backtest.min_season_expeditions, backtest.unscored_seasons
+        )
+
+    table = judged(models)
     best = max(trees, key=lambda name: table.within[name].estimate)
     print(f"test split by expedition: {records.height} members, {table.scored_seasons} seasons\n")
     print("| model | mean within-season AUC (expedition success) |\n| --- | --- |")
@@ -112,11 +114,7 @@ def main() -> None:
         print(f"| {name} | {table.within[name].render()} |")
     print()
     for first, other in ((best, PLAIN), (TRANSFORMER, best), (TRANSFORMER, PLAIN)):
-        pair = expedition_table(
-            records, (first, other), settings.backtest.min_season_expeditions,
-            settings.backtest.unscored_seasons,
-        )  # fmt: skip
-        for name, difference in pair.differences.items():
+        for name, difference in judged((first, other)).differences.items():
             print(f"- {name}: {difference.render()} (paired)")
 
 
