@@ -1,5 +1,5 @@
-"""The comparison a training run reports: every model as its recipe serves it (the transformer
-through its calibration map, the baselines with their own probabilities), scored on the
+"""The comparison a training run reports: every model as it is served (each through its own
+calibration map, fitted on the member check: deepsummit/train/baseline_protocol.py), scored on the
 identical test rows, each figure with its 95% interval from a bootstrap over expeditions, the
 transformer against each baseline as a paired difference, and the spread of the transformer's
 seeds.
