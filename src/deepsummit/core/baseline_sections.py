@@ -41,9 +41,11 @@ class BaselinesConfig(Section):
     lightgbm: LightGBMConfig = Field(default_factory=LightGBMConfig)
     catboost: CatBoostConfig = Field(default_factory=CatBoostConfig)
     # Early stopping counts a tree's rounds on the check's validation rows: at most this many,
-    # stopping after `patience` rounds without a better validation AUC.
+    # stopping after `patience` rounds without a better validation AUC. A deep first tree can
+    # rank well on its own, and at a small learning rate the trees after it took over 100
+    # rounds to pass it (a CatBoost of depth 8 at 0.03 in the search stopped at its first).
     max_rounds: int = Field(2000, ge=1)
-    patience: int = Field(100, ge=1)
+    patience: int = Field(300, ge=1)
     # Each tree is refit with this many seeds and answers their mean probability; None: as
     # many as the transformer's answer averages (its seeds × ensemble members).
     seeds: int | None = Field(None, ge=1)
