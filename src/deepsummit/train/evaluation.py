@@ -189,6 +189,7 @@ def lead_over_trees(
 def log_held_out_answers(rows: pl.DataFrame, served: dict[str, np.ndarray], path: Path) -> None:
     """Each test row's answer of every model, as served, in the run's `evaluation/` folder:
     what a comparison with a model outside the stage pairs with, row by row."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     rows.select(*HELD_OUT_KEYS).with_columns(
         **{name: pl.Series(values) for name, values in served.items()}
     ).write_parquet(path)
