@@ -39,29 +39,38 @@ def _digest(document: dict) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def baselines_key(settings: Settings, snapshot: Path) -> str:
-    """What a fold's baselines follow from: the snapshot's content, the input set, the folds,
-    and the training settings the baselines read (seed, slice, row weights, rounds)."""
+def _folds_key(settings: Settings, snapshot: Path) -> dict:
+    """What every model of a fold is trained and judged on: the snapshot's content, the input
+    set, the folds."""
     preprocessing = json.loads((snapshot / PREPROCESSING_FILE).read_text())
+    return {
+        "snapshot": preprocessing["extra"]["snapshot_digest"],
+        "inputs": settings.features.model_inputs().names,
+        "folds": settings.backtest.model_dump(mode="json", include={"push_day_min_summiters"}),
+        "served": "every season before the test year",
+    }
+
+
+def baselines_key(settings: Settings, snapshot: Path) -> str:
+    """What a fold's baselines follow from: its rows (`_folds_key`), their own settings, and
+    the training settings they read (seed, slice, row weights, the map, the member check, the
+    transformer's ensemble members as their seeds)."""
     return _digest(
         {
-            "snapshot": preprocessing["extra"]["snapshot_digest"],
-            "inputs": settings.features.model_inputs().names,
+            **_folds_key(settings, snapshot),
             "train": settings.train.model_dump(mode="json", include=BASELINE_SETTINGS),
             "baselines": settings.baselines.result_settings(),
             "ensemble_members": settings.train.seeds * settings.model.ensemble_size,
-            "folds": settings.backtest.model_dump(mode="json", include={"push_day_min_summiters"}),
-            "served": "every season before the test year",
         }
     )
 
 
 def trainings_key(settings: Settings, snapshot: Path) -> str:
-    """What a fold's trainings follow from: the baselines' key (the snapshot, the inputs, the
-    folds), and the settings that train the transformer (not where files go, nor the map)."""
+    """What a fold's trainings follow from: its rows (`_folds_key`) and the settings that train
+    the transformer (not where files go, nor the map, nor the baselines' settings)."""
     return _digest(
         {
-            "baselines": baselines_key(settings, snapshot),
+            "folds": _folds_key(settings, snapshot),
             "model": dataclasses.asdict(settings.model),
             "train": training_knobs(settings.train),
         }
