@@ -51,10 +51,10 @@ def _season_lines(report: BacktestReport) -> list[str]:
         "### Season by season (held out, rolling origin)",
         "",
         "Each fold answers one year as the registered model answers: every model trained on "
-        "every season before it, the transformer through the map fitted on its member check "
-        "(the newest years of members' own records before the test year, answered by the "
-        "recipe trained on the years before them), the baselines with their own "
-        "probabilities. 95% intervals from an expedition bootstrap. AUC within a season ranks "
+        "every season before it, each through the map fitted on its member check (the newest "
+        "years of members' own records before the test year, answered by the model trained on "
+        "the years before them), a tree at the rounds its check counted, averaged over seeds. "
+        "95% intervals from an expedition bootstrap. AUC within a season ranks "
         "that season's members; the pooled AUC also ranks years.",
         "",
         "| model | mean within-season AUC | with disaster seasons | pooled AUC |",

@@ -91,9 +91,9 @@ class Comparison:
         lines = [
             f"Test split: {self.test_rows:,} attempts of {self.expeditions:,} expeditions; "
             f"95% intervals from {self.expeditions:,}-expedition bootstrap replicates; every "
-            "model as served: trained on every season before the test split, the transformer "
-            "through its map (fitted on the member check), the baselines with their own "
-            "probabilities.",
+            "model as served: trained on every season before the test split, each through its "
+            "map (fitted on the member check), a tree at the rounds its check counted, "
+            "averaged over seeds.",
             "",
             "| model | AUC [95% CI] | Brier [95% CI] | ECE [95% CI] | ECE before the map "
             "| map | train s | flag |",
