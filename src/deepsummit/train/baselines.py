@@ -99,7 +99,9 @@ def logistic_fit(c: float, cardinalities: tuple[int, ...]) -> Fit:
     """The logistic regression with inverse regularisation `c`: the seed and the rounds do
     not apply (lbfgs is deterministic), nor do validation rows."""
 
-    def fit(train: FeatureArrays, seed: int, rounds: int | None, validation) -> Fitted:
+    def fit(
+        train: FeatureArrays, seed: int, rounds: int | None, validation: FeatureArrays | None
+    ) -> Fitted:
         encoder = OneHotEncoder(
             categories=[list(range(size)) for size in cardinalities],
             handle_unknown="ignore",
@@ -123,7 +125,9 @@ def lightgbm_fit(config: LightGBMConfig, limits: BaselinesConfig, threads: int |
     """LightGBM at `config`, its rounds counted on validation rows by their AUC (at most
     `limits.max_rounds`, stopping after `limits.patience` without a better one) or given."""
 
-    def fit(train: FeatureArrays, seed: int, rounds: int | None, validation) -> Fitted:
+    def fit(
+        train: FeatureArrays, seed: int, rounds: int | None, validation: FeatureArrays | None
+    ) -> Fitted:
         model = lgb.LGBMClassifier(
             n_estimators=rounds or limits.max_rounds,
             learning_rate=config.learning_rate,
@@ -170,7 +174,9 @@ def catboost_fit(config: CatBoostConfig, limits: BaselinesConfig, threads: int |
     """CatBoost at `config` (an explicit learning rate: CatBoost's own follows the number of
     iterations), its rounds counted on validation rows by their AUC or given."""
 
-    def fit(train: FeatureArrays, seed: int, rounds: int | None, validation) -> Fitted:
+    def fit(
+        train: FeatureArrays, seed: int, rounds: int | None, validation: FeatureArrays | None
+    ) -> Fitted:
         counting = rounds is None
         model = catboost.CatBoostClassifier(
             iterations=rounds or limits.max_rounds,
