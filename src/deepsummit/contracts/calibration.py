@@ -60,11 +60,16 @@ def _hats(values: np.ndarray, knots: tuple[int, ...]) -> np.ndarray:
     return np.nan_to_num(weights * np.isfinite(values)[:, None])
 
 
+def _curve_values(rows: pl.DataFrame, family: str) -> np.ndarray:
+    """The member column a curve's family reads, NaN where it is unknown."""
+    return rows[family].cast(pl.Float64).fill_null(np.nan).to_numpy()
+
+
 def _memberships(rows: pl.DataFrame, family: str) -> tuple[list[str], np.ndarray, np.ndarray]:
     """The family's levels (its groups, or a curve's knots), each row's weight on each level
     (rows, levels), and whether the row's family is known."""
     if family in CURVE_KNOTS:
-        values = rows[family].cast(pl.Float64).fill_null(np.nan).to_numpy()
+        values = _curve_values(rows, family)
         return (
             [str(k) for k in CURVE_KNOTS[family]],
             _hats(values, CURVE_KNOTS[family]),
@@ -189,9 +194,9 @@ class Calibrator:
         offset = np.zeros(count)
         for family, shifts in self.group_shifts.items():
             if family in CURVE_KNOTS and set(shifts) == {str(k) for k in CURVE_KNOTS[family]}:
-                values = rows[family].cast(pl.Float64).fill_null(np.nan).to_numpy()
                 knots = CURVE_KNOTS[family]
-                offset += _hats(values, knots) @ np.array([shifts[str(k)] for k in knots])
+                at_knots = np.array([shifts[str(k)] for k in knots])
+                offset += _hats(_curve_values(rows, family), knots) @ at_knots
                 continue
             # A family of groups (a map fitted before age became a curve kept its age bands).
             groups = rows.select(GROUP_FAMILIES[family].alias(family))[family]
