@@ -78,7 +78,7 @@ def test_every_baseline_is_counted_mapped_and_refit(snapshot):
         check,
         SETTINGS.baselines,
         SETTINGS.train,
-        baseline_seeds(SETTINGS.baselines, ensemble_members=4),
+        baseline_seeds(SETTINGS.baselines, SETTINGS.model, SETTINGS.train),
     )
     assert [m.name for m in models] == [LOGISTIC, LIGHTGBM, CATBOOST]
     for model in models:
@@ -90,5 +90,6 @@ def test_every_baseline_is_counted_mapped_and_refit(snapshot):
 
 
 def test_the_trees_average_as_many_seeds_as_the_transformer_has_members() -> None:
-    assert baseline_seeds(BaselinesConfig(), ensemble_members=4) == 4
-    assert baseline_seeds(BaselinesConfig(seeds=2), ensemble_members=4) == 2
+    served = load_settings("cpu")  # one training of a network of 4 ensemble members
+    assert baseline_seeds(BaselinesConfig(), served.model, served.train) == 4
+    assert baseline_seeds(BaselinesConfig(seeds=2), served.model, served.train) == 2

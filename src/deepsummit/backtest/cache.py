@@ -24,6 +24,7 @@ from deepsummit.backtest.outcome import FoldOutcome
 from deepsummit.contracts.snapshot import PREPROCESSING_FILE
 from deepsummit.core.config import Settings
 from deepsummit.core.sections import TrainConfig
+from deepsummit.train.baseline_protocol import baseline_seeds
 from deepsummit.train.recipe import CheckInputs, MemberCheck
 from deepsummit.train.trainer import TrainingSummary, training_knobs
 
@@ -60,7 +61,7 @@ def baselines_key(settings: Settings, snapshot: Path) -> str:
             **_folds_key(settings, snapshot),
             "train": settings.train.model_dump(mode="json", include=BASELINE_SETTINGS),
             "baselines": settings.baselines.result_settings(),
-            "ensemble_members": settings.train.seeds * settings.model.ensemble_size,
+            "seeds": baseline_seeds(settings.baselines, settings.model, settings.train),
         }
     )
 

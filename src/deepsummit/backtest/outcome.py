@@ -110,7 +110,6 @@ def baseline_scores(job: FoldJob, settings: Settings, directory: Path) -> dict[s
             return {
                 name: Scores(*(saved[f"{name}/{part}"] for part in parts)) for name in BASELINES
             }
-    members = settings.train.seeds * settings.model.ensemble_size
     models = run_baselines(
         job.arrays["train"],
         job.arrays["test"],
@@ -119,7 +118,7 @@ def baseline_scores(job: FoldJob, settings: Settings, directory: Path) -> dict[s
         job.check,
         settings.baselines,
         settings.train,
-        baseline_seeds(settings.baselines, members),
+        baseline_seeds(settings.baselines, settings.model, settings.train),
     )
     scores = {
         m.name: Scores(

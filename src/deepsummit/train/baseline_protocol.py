@@ -31,6 +31,7 @@ from deepsummit.contracts.preprocessing import Preprocessor
 from deepsummit.core.baseline_sections import BaselinesConfig
 from deepsummit.core.errors import PipelineError
 from deepsummit.core.sections import TrainConfig
+from deepsummit.model.config import ModelConfig
 from deepsummit.train.baselines import (
     LOGISTIC,
     Fit,
@@ -104,10 +105,10 @@ def stopping_rows(
     )
 
 
-def baseline_seeds(config: BaselinesConfig, ensemble_members: int) -> int:
+def baseline_seeds(config: BaselinesConfig, model: ModelConfig, training: TrainConfig) -> int:
     """How many seeds each tree is refit with: the setting, else the transformer's number of
     ensemble members (its seeds × members per network)."""
-    return config.seeds or ensemble_members
+    return config.seeds or training.seeds * model.ensemble_size
 
 
 def run_baselines(

@@ -218,7 +218,6 @@ def _baselines(
     """The baselines answering the test split (`test`: its rows as `preprocessor`, learnt from
     the rows `before` it, reads them), through the protocol (deepsummit/train/
     baseline_protocol.py), with the `training` settings of their thread."""
-    members = recipe.training.seeds * recipe.architecture.ensemble_size
     return run_baselines(
         training_arrays(preprocessor, before, windows, training),
         test,
@@ -227,7 +226,7 @@ def _baselines(
         check,
         config,
         training,
-        baseline_seeds(config, members),
+        baseline_seeds(config, recipe.architecture, recipe.training),
     )
 
 
