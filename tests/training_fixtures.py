@@ -39,7 +39,7 @@ class TrainedRegistry:
 
 def registry_settings(root: Path, features: Settings | None = None) -> Settings:
     """Tiny-profile settings tracking into `root` (the experiment's artifacts go there too),
-    with the features settings of `features` when given."""
+    serving a blend, with the features settings of `features` when given."""
     overrides: dict[str, Any] = {
         "mlflow": {
             "tracking_uri": f"sqlite:///{root}/mlflow.db",
@@ -51,6 +51,9 @@ def registry_settings(root: Path, features: Settings | None = None) -> Settings:
             "max_epochs": 3,
             "num_threads": 1,
         },
+        # The registry's versions serve the blend of the transformer and the best tree: every
+        # path that loads a version (pyfunc, scorer, outlook, model server) reads its tree too.
+        "baselines": {"served": "blend"},
     }
     if features is not None:
         overrides["features"] = features.features.model_dump(mode="json")

@@ -122,8 +122,11 @@ def test_what_each_stage_made_in_a_few_words() -> None:
         model_name="deepsummit",
         model_version="3",
         comparison=SimpleNamespace(rows=[transformer]),
+        evaluation=SimpleNamespace(served_parts="transformer 0.55 + CatBoost 0.45"),
     )
-    assert made("train", train) == "model deepsummit v3 (champion), test AUC 0.781"
+    assert made("train", train) == (
+        "model deepsummit v3 (champion, transformer 0.55 + CatBoost 0.45), test AUC 0.781"
+    )
     assert made("drift", SimpleNamespace(report=None, note="no champion yet")) == (
         "input drift not compared (no champion yet)"
     )

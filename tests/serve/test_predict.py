@@ -120,6 +120,9 @@ def test_a_planned_attempt_gets_a_probability_its_band_and_named_tokens(predict_
     assert prediction.model_version == "1" and prediction.weather_source == "archive"
     text = prediction.render()
     assert "P(summit)" in text and "band" in text and "ensemble members" in text
+    # The registry's versions serve a blend (tests/training_fixtures.py): predict names its parts.
+    assert prediction.answered_by.startswith("transformer 0.") and "+ " in prediction.answered_by
+    assert f"answered by: {prediction.answered_by}" in text
 
 
 def test_predict_shows_what_the_member_changes_and_where_the_model_is_least_sure(

@@ -4,6 +4,8 @@ gives the training path's probability for the same attempts; a bad row gets its 
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 import polars as pl
@@ -11,6 +13,7 @@ import pytest
 import torch
 
 from deepsummit.contracts.artifact import ModelArtifact
+from deepsummit.contracts.blend import Blend, mix
 from deepsummit.contracts.calibration import Calibrator
 from deepsummit.contracts.distribution import DistributionProfile
 from deepsummit.contracts.snapshot import (
@@ -18,12 +21,17 @@ from deepsummit.contracts.snapshot import (
     load_features,
     load_history,
 )
+from deepsummit.contracts.trees import CATBOOST
+from deepsummit.core.baseline_sections import BaselinesConfig
 from deepsummit.core.inputs import WEATHER_VARIABLES
 from deepsummit.core.planned import KEY_COLUMNS
+from deepsummit.core.sections import TrainConfig
 from deepsummit.model.config import ModelConfig
 from deepsummit.model.transformer import DeepSummitTransformer
 from deepsummit.serve.inference import predict_logits
-from deepsummit.serve.scoring import WEATHER_ABSENT_NOTE, score
+from deepsummit.serve.planned import parse_planned
+from deepsummit.serve.scoring import WEATHER_ABSENT_NOTE, planned_features, score
+from deepsummit.train.blending import refit_trees
 
 pytest_plugins = ["features_fixtures"]
 
@@ -120,3 +128,26 @@ def test_unknown_categories_and_another_weather_source_are_notes(served) -> None
     assert scored.errors == [None]
     assert "weather from 'forecast', the model was trained on 'archive'" in scored.notes[0]
     assert "nationality 'Atlantis' is not in the training vocabulary: unknown" in scored.notes[0]
+
+
+def test_a_blend_mixes_the_transformers_answer_and_band_with_its_trees(served) -> None:
+    """A version serving a blend answers the mix of its parts' answers (each through its map),
+    both ends of the band mixed the same way, and says which parts answered."""
+    artifact, arrays, _, planned = served
+    trees = refit_trees(
+        CATBOOST, 5, arrays["train"].subset(np.arange(2000)),
+        artifact.preprocessor.categorical_cardinalities, BaselinesConfig(), TrainConfig(), seeds=1,
+    )  # fmt: skip
+    blend = Blend(trees, 0.7, Calibrator("platt", scale=1.1, shift=0.2))
+    blended = dataclasses.replace(artifact, blend=blend)
+    rows = planned.sample(50, seed=5).drop(KEY_COLUMNS).to_pandas()
+    alone, mixed = score(artifact, rows), score(blended, rows)
+    assert (alone.parts, mixed.parts) == ("transformer", f"transformer 0.70 + {CATBOOST} 0.30")
+    assert mixed.frame()["answered_by"].eq(mixed.parts).all()
+    features, windows = planned_features(blended, parse_planned(rows), [None] * len(rows))
+    tree = blend.tree_answers(
+        artifact.preprocessor.transform(features, windows, ("window_id", "smtdate")), features
+    )
+    for part in ("probability", "low", "high"):
+        expected = mix(getattr(alone, part), tree, 0.7)
+        np.testing.assert_allclose(getattr(mixed, part), expected, rtol=0, atol=1e-12)

@@ -21,6 +21,7 @@ from training_fixtures import (
 )
 
 from deepsummit.contracts.artifact import ARTIFACT_NAME, ModelArtifact
+from deepsummit.contracts.blend import mix
 from deepsummit.contracts.champion import (
     TAG_KNOWN_BY,
     TAG_TRAINED_THROUGH,
@@ -31,6 +32,7 @@ from deepsummit.contracts.snapshot import PLANNED_TEST_FILE
 from deepsummit.core.inputs import Known
 from deepsummit.core.planned import KEY_COLUMNS
 from deepsummit.serve.inference import ensemble_logit, member_logits
+from deepsummit.train.evaluation import SERVED_BLEND
 from deepsummit.train.parallel import refit_beside
 from deepsummit.train.recipe import Recipe, preprocessing_for, refit
 from deepsummit.train.registration import Registered, TrainedModel, log_and_register
@@ -135,6 +137,10 @@ def test_a_training_run_logs_params_metrics_intervals_dataset_plots_and_a_first_
             assert low <= value <= high
         assert f"{name}_test_ece_uncalibrated" in run.data.metrics
     assert "auc_difference_lightgbm_ci_low" in run.data.metrics
+    # The served blend is judged first, beside each of its parts (tests/training_fixtures.py).
+    assert report.comparison.rows[0].name == SERVED_BLEND
+    assert "auc_difference_transformer" in run.data.metrics
+    assert 0 <= run.data.metrics["served_transformer_weight"] < 1
     seeds = tuple(range(settings.train.seed, settings.train.seed + settings.train.seeds))
     assert len(seeds) >= 2  # an ensemble
     for seed in seeds:
@@ -188,8 +194,8 @@ def test_a_training_run_logs_params_metrics_intervals_dataset_plots_and_a_first_
     assert "first model" in version.description
     table = report.render()
     for name in (
-        "transformer", "LightGBM", "CatBoost", "v1 (champion)", "through 2025 Summer",
-        "group error", "60 and over",
+        "transformer", "LightGBM", "CatBoost", "v1 (champion, answered by transformer 0.",
+        "through 2025 Summer", "group error", "60 and over",
     ):  # fmt: skip
         assert name in table
     assert version.tags[TAG_TRAINED_THROUGH] == "2025 Summer"
@@ -213,14 +219,19 @@ def test_the_registered_model_is_the_refit_and_serves_what_its_networks_say(
     features = pl.read_parquet(trained_registry.snapshot / "features.parquet")
     test = features.filter(pl.col("split") == "test")
     windows = pl.read_parquet(trained_registry.snapshot / "windows.parquet")
-    inputs = artifact.preprocessor.transform(test, windows).model_inputs()
-    expected = artifact.calibrator.probabilities(
-        ensemble_logit(member_logits(artifact.networks, inputs)), test
+    arrays = artifact.preprocessor.transform(test, windows)
+    transformer = artifact.calibrator.probabilities(
+        ensemble_logit(member_logits(artifact.networks, arrays.model_inputs())), test
     )
+    # The registry's versions serve a blend (tests/training_fixtures.py): its tree answers too.
+    blend = artifact.blend
+    assert blend is not None and artifact.parts == trained_registry.report.evaluation.served_parts
+    expected = mix(transformer, blend.tree_answers(arrays, test), blend.weight)
     model = load_verified(settings.mlflow.tracking_uri, "deepsummit", "1")
     planned = pl.read_parquet(trained_registry.snapshot / PLANNED_TEST_FILE)
-    served = model.predict(planned.drop(KEY_COLUMNS).to_pandas())["probability"]
-    served = served.to_numpy(dtype=float)
+    answer = model.predict(planned.drop(KEY_COLUMNS).to_pandas())
+    assert set(answer["answered_by"]) == {artifact.parts}
+    served = answer["probability"].to_numpy(dtype=float)
     np.testing.assert_allclose(served, expected, atol=1e-6)
 
     stored = champion_predictions(trained_registry)
@@ -229,8 +240,9 @@ def test_the_registered_model_is_the_refit_and_serves_what_its_networks_say(
     )
     labels = test["label"].to_numpy()
     assert roc_auc_score(labels, stored) == pytest.approx(
-        reported.data.metrics["transformer_test_auc"], abs=1e-6
+        reported.data.metrics["served_blend_test_auc"], abs=1e-6
     )
+    assert reported.data.tags["served_model"] == artifact.parts
     assert not np.allclose(stored, served)  # the refit is another model than the one judged
 
 

@@ -20,7 +20,7 @@ import numpy as np
 import polars as pl
 
 from deepsummit.backtest.folds import Fold
-from deepsummit.backtest.outcome import FoldOutcome
+from deepsummit.backtest.outcome import FoldOutcome, Scores
 from deepsummit.contracts.snapshot import PREPROCESSING_FILE
 from deepsummit.core.config import Settings
 from deepsummit.core.sections import TrainConfig
@@ -60,8 +60,10 @@ def baselines_key(settings: Settings, snapshot: Path) -> str:
         {
             **_folds_key(settings, snapshot),
             "train": settings.train.model_dump(mode="json", include=BASELINE_SETTINGS),
-            "baselines": settings.baselines.result_settings(),
+            # Which model is served follows from their answers: no setting of theirs.
+            "baselines": settings.baselines.model_dump(mode="json", exclude={"served"}),
             "seeds": baseline_seeds(settings.baselines, settings.model, settings.train),
+            "answers": [f.name for f in dataclasses.fields(Scores)],
         }
     )
 
@@ -79,11 +81,14 @@ def trainings_key(settings: Settings, snapshot: Path) -> str:
 
 
 def backtest_key(settings: Settings, snapshot: Path) -> str:
-    """What a fold's result follows from: its trainings and the map fitted after them."""
+    """What a fold's result follows from: its trainings, the map fitted after them, the
+    baselines' answers, and the setting that chooses the model served from them."""
     return _digest(
         {
             "trainings": trainings_key(settings, snapshot),
             "map": settings.train.model_dump(mode="json", include=set(TrainConfig.CALIBRATION)),
+            "baselines": baselines_key(settings, snapshot),
+            "served": settings.baselines.served,
         }
     )
 

@@ -3,7 +3,9 @@
 Every model answers through the map fitted on its member check: the transformer's, and each
 baseline's, trained on the same rows through the same protocol (deepsummit/train/
 baseline_protocol.py). Each held-out row keeps each model's answer without its map too
-(`raw_<model>`), so the report shows what the maps do.
+(`raw_<model>`), so the report shows what the maps do. The fold's member check chooses the
+model served as the train stage's does (deepsummit/train/blending.py): the transformer alone,
+or its blend with the best tree; its answer is `SERVED`.
 """
 
 from __future__ import annotations
@@ -18,16 +20,21 @@ import polars as pl
 from deepsummit.backtest.answers import FoldAnswers
 from deepsummit.backtest.folds import Fold, FoldJob
 from deepsummit.backtest.push_days import PEAK_SEASON
+from deepsummit.contracts.blend import mix
+from deepsummit.contracts.trees import CATBOOST, LIGHTGBM
 from deepsummit.core.config import Settings
 from deepsummit.serve.inference import ensemble_logit, ensemble_probability
 from deepsummit.train.baseline_protocol import baseline_seeds, run_baselines
-from deepsummit.train.baselines import CATBOOST, LIGHTGBM, LOGISTIC
+from deepsummit.train.baselines import LOGISTIC
 from deepsummit.train.comparison import TRANSFORMER, logit
-from deepsummit.train.evaluation import HELD_OUT_KEYS
-from deepsummit.train.recipe import fit_calibrator
+from deepsummit.train.evaluation import HELD_OUT_KEYS, TreeLead, lead_over_trees
+from deepsummit.train.recipe import fit_calibrator, out_of_fold_answers
 
-MODELS = (TRANSFORMER, LIGHTGBM, CATBOOST, LOGISTIC)
+SERVED = "served"  # the model the fold's member check chose to serve
+OWN = (TRANSFORMER, LIGHTGBM, CATBOOST, LOGISTIC)  # the models with answers of their own
+MODELS = (SERVED, *OWN)  # the served model first: the one the report's differences start from
 BASELINES = (LOGISTIC, LIGHTGBM, CATBOOST)
+TREES = (LIGHTGBM, CATBOOST)
 WEATHER_MASKED = "transformer, weather masked"
 PUSH_DAY_SCORED = (TRANSFORMER, WEATHER_MASKED, LIGHTGBM, CATBOOST)  # scored on the days
 
@@ -47,12 +54,14 @@ class FoldOutcome:
 
 @dataclass(frozen=True)
 class Scores:
-    """One model's own probabilities on a fold's test rows and push-day candidates, and its
-    answer on the test rows as served (through its map)."""
+    """One model's own probabilities on a fold's test rows and push-day candidates, its
+    answer on the test rows as served (through its map), and its own probabilities on the
+    member check's rows (trained on the years before them: what its map is fitted on)."""
 
     test: np.ndarray
     push_days: np.ndarray
     served: np.ndarray
+    check: np.ndarray
 
 
 def fold_outcome(
@@ -62,24 +71,33 @@ def fold_outcome(
     from `baselines` when an earlier run trained them."""
     calibrator = fit_calibrator(settings.train, ensemble_logit(answers.check), job.check.members)
     transformer = calibrator.probabilities(ensemble_logit(answers.test), job.test_rows)
+    check = ensemble_probability(answers.check)
     scores = {
         TRANSFORMER: Scores(
             ensemble_probability(answers.test),
             ensemble_probability(answers.push_days),
             transformer,
+            check,
         ),
         # Only its push days are scored: the days' ranking with the weather masked.
         WEATHER_MASKED: Scores(
             ensemble_probability(answers.test),
             ensemble_probability(answers.push_days_without_weather),
             transformer,
+            check,
         ),
         **baseline_scores(job, settings, baselines / job.fold.name),
     }
-    served = {name: scores[name].served for name in MODELS}
+    lead = served_lead(settings, job, answers.check, scores)
+    served = {
+        SERVED: mix(transformer, scores[lead.tree].served, lead.weight)
+        if lead is not None and lead.blended
+        else transformer,
+        **{name: scores[name].served for name in OWN},
+    }
     members = calibrator.probabilities(answers.test, job.test_rows)
     held_out = job.test_rows.select(HELD_OUT_KEYS).with_columns(
-        **{f"raw_{name}": pl.Series(scores[name].test) for name in MODELS},
+        **{f"raw_{name}": pl.Series(scores[name].test) for name in OWN},
         **{name: pl.Series(values) for name, values in served.items()},
         seed_spread=pl.Series(members.max(axis=0) - members.min(axis=0)),
     )
@@ -95,8 +113,25 @@ def fold_outcome(
             "map": dataclasses.asdict(calibrator),
         },
         "epochs": [[t.best_epoch, t.epochs_run] for t in answers.trainings()],
+        "served": lead.describe() if lead is not None else TRANSFORMER,
     }
     return FoldOutcome(job.fold, held_out, push_days, summary, cached=False)
+
+
+def served_lead(
+    settings: Settings, job: FoldJob, check_logits: np.ndarray, scores: dict[str, Scores]
+) -> TreeLead | None:
+    """The fold's transformer against its best tree on its member check, and the model
+    served on that evidence, as the train stage chooses it (`check_logits`: the transformer's
+    members' logits on the check's rows)."""
+    rows = job.check.members
+    return lead_over_trees(
+        rows,
+        settings.train,
+        {name: scores[name].check for name in TREES},
+        out_of_fold_answers(settings.train, ensemble_logit(check_logits), rows),
+        settings.baselines.served,
+    )
 
 
 def baseline_scores(job: FoldJob, settings: Settings, directory: Path) -> dict[str, Scores]:
@@ -125,6 +160,7 @@ def baseline_scores(job: FoldJob, settings: Settings, directory: Path) -> dict[s
             m.test,
             m.predict(job.day_arrays),
             m.calibrator.probabilities(logit(m.test), job.test_rows),
+            m.check,
         )
         for m in models
     }

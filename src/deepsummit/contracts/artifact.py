@@ -12,6 +12,8 @@ A version's folder (`model/` among its MLflow artifacts):
     drift_profile.json         the training split's input distributions: the reference newer
                                records and planned attempts are compared with
     metadata.json              seeds, weather source, inputs and when they are known, cutoffs
+    blend/                     only where the version serves a blend of the transformer and the
+                               best tree (deepsummit/contracts/blend.py): the tree and its weight
 
 Tensors are written with `torch.save` and read with `torch.load(weights_only=True)`, which
 refuses anything but tensors and plain containers. The pyfunc is logged "from code"
@@ -31,6 +33,7 @@ from typing import Any
 
 import polars as pl
 
+from deepsummit.contracts.blend import TRANSFORMER_PART, Blend
 from deepsummit.contracts.calibration import Calibrator
 from deepsummit.contracts.distribution import DistributionProfile
 from deepsummit.contracts.preprocessing import Preprocessor
@@ -73,10 +76,16 @@ class ModelArtifact:
     # GroupCalibration.as_json() of the member check, all peaks; None in older versions.
     member_groups: dict[str, Any] | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    blend: Blend | None = None  # None: the transformer answers alone
 
     @property
     def config(self) -> ModelConfig:
         return self.networks[0].config
+
+    @property
+    def parts(self) -> str:
+        """Which models answer: "transformer", or the blend's parts and weights."""
+        return self.blend.parts if self.blend is not None else TRANSFORMER_PART
 
     def save(self, directory: Path) -> Path:
         directory.mkdir(parents=True, exist_ok=True)
@@ -91,6 +100,8 @@ class ModelArtifact:
         (directory / DRIFT_PROFILE).write_text(self.drift_reference.to_json())
         if self.member_groups is not None:
             (directory / MEMBER_GROUPS).write_text(json.dumps(self.member_groups, indent=1))
+        if self.blend is not None:
+            self.blend.save(directory)
         metadata = {**self.metadata, "seeds": self.seeds}
         (directory / "metadata.json").write_text(json.dumps(metadata, indent=2, default=str))
         return directory
@@ -120,4 +131,5 @@ class ModelArtifact:
                 else None
             ),
             metadata=metadata,
+            blend=Blend.load(directory),
         )

@@ -9,6 +9,8 @@ validation rows (deepsummit/train/baseline_protocol.py).
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from deepsummit.core.sections import Section
@@ -49,3 +51,7 @@ class BaselinesConfig(Section):
     # Each tree is refit with this many seeds and answers their mean probability; None: as
     # many as the transformer's answer averages (its seeds × ensemble members).
     seeds: int | None = Field(None, ge=1)
+    # The model a registered version serves (deepsummit/train/blending.py): "auto" chooses on
+    # the member check (the transformer alone where it leads the best tree beyond noise, else
+    # their blend); "transformer" or "blend" serve that one whatever the check says.
+    served: Literal["auto", "transformer", "blend"] = "auto"

@@ -68,8 +68,11 @@ def _features(report: Any) -> str:
 
 def _train(report: Any) -> str:
     role = "champion" if report.champion else "challenger"
-    auc = report.comparison.rows[0].calibrated.auc.estimate  # the transformer's, as served
-    return f"model {report.model_name} v{report.model_version} ({role}), test AUC {auc:.3f}"
+    auc = report.comparison.rows[0].calibrated.auc.estimate  # the served model's (first)
+    return (
+        f"model {report.model_name} v{report.model_version} ({role}, "
+        f"{report.evaluation.served_parts}), test AUC {auc:.3f}"
+    )
 
 
 def _drift(check: Any) -> str:

@@ -104,6 +104,7 @@ class OutlookReport:
     peaks: tuple[PeakOutlook, ...]
     model_version: str
     trained_on: str  # the weather source the model learnt from
+    answered_by: str  # the models that answer, with their weights (ModelArtifact.parts)
     drift: DriftReport | None  # None: no peak was fed weather, or no like reference to compare
     chart: Path | None = None
     rows: int = 0  # rows written to the outlooks table
@@ -125,7 +126,8 @@ class OutlookReport:
         for peak in self.peaks:
             lines += [
                 f"{peak.peakid}: P(summit) per push day, the band below ({BAND_MEANING}); "
-                f"model v{self.model_version} (trained on {self.trained_on!r} weather), fed "
+                f"model v{self.model_version} ({self.answered_by}, trained on "
+                f"{self.trained_on!r} weather), fed "
                 f"{peak.weather_source!r}",
                 row(
                     "push day", [f"{d.day:%m-%d}{'*' if d == peak.best else ''}" for d in peak.days]
@@ -162,6 +164,7 @@ class OutlookReport:
         names = [member.name for member in self.members]
         return {
             "model_version": self.model_version,
+            "answered_by": self.answered_by,
             "trained_on": self.trained_on,
             "members": [member.model_dump(exclude_none=True) for member in self.members],
             "peaks": [
@@ -202,7 +205,8 @@ class OutlookReport:
                 f"## {peak.peakid}: best push day {best.day}, {best.expected:.2f} expected "
                 f"summiters of {len(self.members)} [{best.low:.2f}–{best.high:.2f}]",
                 "",
-                f"Model v{self.model_version}, trained on `{self.trained_on}` weather, fed "
+                f"Model v{self.model_version} ({self.answered_by}), trained on "
+                f"`{self.trained_on}` weather, fed "
                 f"`{peak.weather_source}`. Each P with its band: {BAND_MEANING}.",
                 "",
                 "| push day | team: expected summiters | "
@@ -390,6 +394,7 @@ def score_outlook(
         peaks=tuple(peaks),
         model_version=version,
         trained_on=champion.tags.get(TAG_WEATHER_SOURCE, artifact.preprocessor.weather_source),
+        answered_by=artifact.parts,
         drift=forecast_drift(settings, artifact, pd.concat(fed, ignore_index=True))
         if fed
         else None,

@@ -152,6 +152,7 @@ def predict_attempt(settings: Settings, planned: Mapping[str, Any]) -> Predictio
             if not math.isnan(probability)
         },
         least_sure=least_sure(artifact, record),
+        answered_by=answers.parts,
     )
 
 

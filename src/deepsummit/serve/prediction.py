@@ -37,6 +37,8 @@ class Prediction:
     # The member's groups where the held-out member check found the answer furthest from the
     # summit rate: group, members, observed rate, mean P and the gap's interval.
     least_sure: list[dict[str, Any]]
+    # The models that answered, with their weights: "transformer", or its blend with a tree.
+    answered_by: str
 
     def render(self) -> str:
         a = self.attempt
@@ -49,6 +51,7 @@ class Prediction:
                 if self.weather_used
                 else "without weather: the weather took no part)"
             ),
+            f"answered by: {self.answered_by}",
             f"band: {BAND_MEANING}",
             "tokens that weighed most (attention rollout from CLS):",
             *(f"  {token}" for token in _listed(self.top_tokens)),

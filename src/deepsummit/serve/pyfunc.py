@@ -1,6 +1,7 @@
 """The registered model as an MLflow pyfunc: planned attempts in (deepsummit/serve/planned.py),
 calibrated P(summit) out, with its band (the ensemble members' lowest and highest P), whether
-the weather took part, a per-row error and notes, and on request (`params={"top_tokens": 5}`)
+the weather took part, a per-row error and notes, which models answered (the transformer, or
+its blend with the best tree), and on request (`params={"top_tokens": 5}`)
 the tokens that weighed most. Served as is by
 `mlflow models serve -m models:/deepsummit@champion --env-manager local`."""
 
@@ -35,6 +36,7 @@ def signature() -> ModelSignature:
         ColSpec("boolean", "weather_used", required=False),
         ColSpec("string", "error", required=False),
         ColSpec("string", "notes", required=False),
+        ColSpec("string", "answered_by", required=False),
         ColSpec("string", "top_tokens", required=False),
     ]
     params = ParamSchema([ParamSpec("top_tokens", "long", 0)])

@@ -6,7 +6,8 @@ into the artifact (as of the records the model was trained with), the windows SQ
 request's 90 daily weather rows, the artifact's preprocessing. Each ensemble member (every
 member of every seed's network) gives a logit: the calibration map (reading the member's age
 band when it shifts by age) turns the logit of their mean probability into the answer, and each
-one into a probability, whose lowest and highest are the band.
+one into a probability, whose lowest and highest are the band. A version that serves a blend
+(deepsummit/contracts/blend.py) mixes that answer, and each end of the band, with its tree's.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import polars as pl
 import torch
 
 from deepsummit.contracts.artifact import ModelArtifact
+from deepsummit.contracts.blend import mix
 from deepsummit.core.inputs import WEATHER_VARIABLES, WINDOW_DAYS, WINDOW_SCALES
 from deepsummit.features.tabular import attempt_features, register_history
 from deepsummit.features.windows import compute_windows
@@ -95,6 +97,7 @@ class Scored:
     errors: list[str | None]
     notes: list[str]
     top_tokens: list[list[tuple[str, float]]]
+    parts: str  # the models that answered, with their weights (ModelArtifact.parts)
 
     def token_text(self, row: int) -> str:
         """The tokens that weighed most in the answer to `row`, "; "-joined with their share."""
@@ -116,6 +119,7 @@ class Scored:
                 "weather_used": pd.Series(self.weather_used, dtype=object),
                 "error": pd.Series(self.errors, dtype=object),
                 "notes": self.notes,
+                "answered_by": [self.parts] * len(self.notes),
             }
         )
         if with_tokens:
@@ -165,8 +169,15 @@ def score(
         inputs = arrays.model_inputs()
         logits = member_logits(artifact.networks, inputs, rows_per_pass)
         members = artifact.calibrator.probabilities(logits, features)
-        probability[rows] = artifact.calibrator.probabilities(ensemble_logit(logits), features)
-        low[rows], high[rows] = members.min(0), members.max(0)
+        answer = artifact.calibrator.probabilities(ensemble_logit(logits), features)
+        ends = members.min(0), members.max(0)
+        if artifact.blend is not None:
+            # The mix rises with each part's answer: the band's ends stay its ends.
+            tree = artifact.blend.tree_answers(arrays, features)
+            answer = mix(answer, tree, artifact.blend.weight)
+            ends = tuple(mix(end, tree, artifact.blend.weight) for end in ends)
+        probability[rows] = answer
+        low[rows], high[rows] = ends
         with_weather = ~arrays.weather_missing.all(axis=(1, 2))
         unknown = artifact.preprocessor.unknown_notes_by_row(features)
         calendar = artifact.preprocessor.calendar_notes_by_row(features)
@@ -190,7 +201,7 @@ def score(
             for position, row in enumerate(rows):
                 order = np.argsort(shares[position])[::-1][:top_tokens]
                 tokens[row] = [(names[i], float(shares[position, i])) for i in order]
-    return Scored(probability, low, high, weather_used, errors, notes, tokens)
+    return Scored(probability, low, high, weather_used, errors, notes, tokens, artifact.parts)
 
 
 def answers(artifact: ModelArtifact, request: pd.DataFrame, top_tokens: int = 0) -> pd.DataFrame:

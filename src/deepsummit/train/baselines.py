@@ -23,17 +23,24 @@ from dataclasses import dataclass
 import catboost
 import lightgbm as lgb
 import numpy as np
-import pandas as pd
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import OneHotEncoder, StandardScaler
 
 from deepsummit.contracts.arrays import FeatureArrays
 from deepsummit.contracts.calibration import Calibrator
+from deepsummit.contracts.trees import (
+    ATTEMPT_DAY_TOKEN,
+    CATBOOST,
+    LIGHTGBM,
+    SavedTrees,
+    catboost_frame,
+    categorical_columns,
+    tree_matrix,
+)
 from deepsummit.core.baseline_sections import BaselinesConfig, CatBoostConfig, LightGBMConfig
 
-ATTEMPT_DAY_TOKEN = 6  # the daily token of day D (tokens 0–6 are D-6 … D)
-LOGISTIC, LIGHTGBM, CATBOOST = "logistic regression", "LightGBM", "CatBoost"
+LOGISTIC = "logistic regression"
 DAYS_PER_YEAR = 365.25
 
 Predictor = Callable[[FeatureArrays], np.ndarray]
@@ -42,10 +49,12 @@ Predictor = Callable[[FeatureArrays], np.ndarray]
 @dataclass(frozen=True)
 class Fitted:
     """A fitted baseline: its probability on any rows, and the rounds it answers with (the best
-    on its validation rows where it had some; 0 for the logistic regression)."""
+    on its validation rows where it had some; 0 for the logistic regression); a tree's model as
+    a served blend saves it (None for the logistic regression)."""
 
     probability: Predictor
     rounds: int = 0
+    trees: SavedTrees | None = None
 
 
 # (training rows, seed, rounds or None to count them on the validation rows, validation rows)
@@ -68,31 +77,6 @@ def linear_matrix(arrays: FeatureArrays, encoder: OneHotEncoder) -> np.ndarray:
             np.column_stack([np.sin(angle), np.cos(angle)]),  # day of year is circular
         ]
     ).astype(np.float32)
-
-
-def tree_matrix(arrays: FeatureArrays, weather: bool = True) -> np.ndarray:
-    """The trees' matrix: NaN where a value is missing, the categoricals as integer codes, the
-    weather window flattened (`weather`), and the attempt day's day of the year."""
-    n = len(arrays)
-    numeric = np.where(arrays.numeric_missing, np.nan, arrays.numeric)
-    binary = np.where(arrays.binary_missing, np.nan, arrays.binary.astype(np.float32))
-    window = np.where(arrays.weather_missing, np.nan, arrays.weather).reshape(n, -1)
-    day_of_year = arrays.day_of_year[:, ATTEMPT_DAY_TOKEN : ATTEMPT_DAY_TOKEN + 1]
-    parts = [numeric, arrays.categorical, binary, *([window] if weather else []), day_of_year]
-    return np.hstack(parts).astype(np.float32)
-
-
-def categorical_columns(arrays: FeatureArrays) -> list[int]:
-    first = arrays.numeric.shape[1]
-    return list(range(first, first + arrays.categorical.shape[1]))
-
-
-def catboost_frame(arrays: FeatureArrays, weather: bool = True) -> pd.DataFrame:
-    """The trees' matrix as CatBoost reads it: the categorical columns as integers."""
-    frame = pd.DataFrame(tree_matrix(arrays, weather))
-    for position, column in enumerate(categorical_columns(arrays)):
-        frame[column] = arrays.categorical[:, position]
-    return frame
 
 
 def logistic_fit(c: float, cardinalities: tuple[int, ...]) -> Fit:
@@ -155,6 +139,8 @@ def lightgbm_fit(config: LightGBMConfig, limits: BaselinesConfig, threads: int |
                 tree_matrix(arrays, config.weather), num_iteration=best
             )[:, 1],
             best,
+            # Refit at a given count, every round is kept: the booster alone answers the same.
+            None if counting else SavedTrees(LIGHTGBM, config.weather, (model.booster_,)),
         )
 
     return fit
@@ -211,6 +197,7 @@ def catboost_fit(config: CatBoostConfig, limits: BaselinesConfig, threads: int |
         return Fitted(
             lambda arrays: model.predict_proba(catboost_frame(arrays, config.weather))[:, 1],
             best,
+            SavedTrees(CATBOOST, config.weather, (model,)),
         )
 
     return fit

@@ -9,6 +9,10 @@ Two held-out checks, each answered by models trained only on seasons before it:
   judged member group by member group (deepsummit/train/member_groups.py). The map is fitted on
   these rows, so the groups are judged on answers whose map was fitted on the other years of
   the check (`MemberCheck.out_of_fold`).
+
+The member check also chooses the model that is served (deepsummit/train/blending.py): the
+transformer alone, or blended with the best tree. A blend is judged on the test split beside
+every model, as `SERVED_BLEND`.
 """
 
 from __future__ import annotations
@@ -22,11 +26,13 @@ import numpy as np
 import polars as pl
 
 from deepsummit.contracts.arrays import FeatureArrays
+from deepsummit.contracts.blend import mix, parts_line
 from deepsummit.contracts.calibration import Calibrator
 from deepsummit.core.seasons import season_name
 from deepsummit.core.sections import BacktestConfig, TrainConfig
 from deepsummit.serve.inference import ensemble_probability, member_logits
 from deepsummit.train.baselines import ModelPredictions
+from deepsummit.train.blending import served_weight
 from deepsummit.train.bootstrap import (
     Interval,
     paired_auc_difference,
@@ -50,6 +56,7 @@ from deepsummit.train.tracking import log_plots
 from deepsummit.train.trainer import TrainResult
 
 WITHOUT_MAP = f"{TRANSFORMER}, without its map"
+SERVED_BLEND = "served blend"  # the transformer and the best tree as one model
 # What identifies a test row, and its outcome, in the held-out answers of the run.
 HELD_OUT_KEYS = ("expid", "member_id", "year", "season", "peakid", "record", "label")
 
@@ -77,17 +84,30 @@ class HeldOut:
 @dataclass(frozen=True)
 class TreeLead:
     """The transformer against the best tree on the member check's members, each through its
-    map fitted on the check's other years: AUC of each, and their paired difference."""
+    map fitted on the check's other years: AUC of each, their paired difference, and the model
+    served on that evidence (deepsummit/train/blending.py)."""
 
     tree: str
     transformer_auc: float
     tree_auc: float
     difference: Interval  # transformer − tree
+    weight: float  # the transformer's in the served model: 1.0 when it answers alone
+    tree_answers: np.ndarray  # the tree's on the check's rows (map out of fold)
+
+    @property
+    def blended(self) -> bool:
+        return self.weight < 1.0
+
+    @property
+    def served(self) -> str:
+        """Which models answer, with their weights."""
+        return parts_line(self.tree, self.weight) if self.blended else TRANSFORMER
 
     def describe(self) -> str:
         return (
             f"member check AUC: transformer {self.transformer_auc:.3f}, {self.tree} "
-            f"{self.tree_auc:.3f}, transformer − {self.tree} {self.difference.render()}"
+            f"{self.tree_auc:.3f}, transformer − {self.tree} {self.difference.render()}; "
+            f"served: {self.served}"
         )
 
 
@@ -104,6 +124,25 @@ class Evaluation:
     def group_error(self) -> float:
         return self.member_groups[ALL_PEAKS].error[TRANSFORMER].estimate
 
+    @property
+    def served_model(self) -> str:
+        """The name of the model served: the transformer's, or SERVED_BLEND."""
+        lead = self.tree_lead
+        return SERVED_BLEND if lead is not None and lead.blended else TRANSFORMER
+
+    @property
+    def served_parts(self) -> str:
+        """The models the registered version answers with, and their weights."""
+        return self.tree_lead.served if self.tree_lead is not None else TRANSFORMER
+
+    @property
+    def served_member_answers(self) -> np.ndarray:
+        """The served model's answers on the member check's rows (maps out of fold)."""
+        lead = self.tree_lead
+        if lead is None or not lead.blended:
+            return self.member_answers
+        return mix(self.member_answers, lead.tree_answers, lead.weight)
+
 
 def evaluate(
     held_out: HeldOut,
@@ -114,15 +153,28 @@ def evaluate(
     train_config: TrainConfig,
     backtest: BacktestConfig,
     run_dir: Path,
+    served: str = "auto",
 ) -> Evaluation:
     """Judge the recipe on both checks and log it all (see the module docstring);
     `calibrator`: the map fitted on the whole check, the one the registered model carries, of
-    the recipe's `train_config` (what the check's out-of-fold maps are fitted by)."""
+    the recipe's `train_config` (what the check's out-of-fold maps are fitted by); `served`:
+    the `baselines.served` setting."""
+    member_answers = check.out_of_fold(train_config)
+    lead = lead_over_trees(
+        check.rows,
+        train_config,
+        {m.name: m.check for m in baselines if m.rounds and m.check is not None},
+        member_answers,
+        served,
+    )
     models = [transformer_predictions(transformer, held_out.arrays), *baselines]
     maps = {m.name: m.calibrator for m in baselines if m.calibrator is not None}
+    maps[TRANSFORMER] = calibrator
+    if lead is not None and lead.blended:
+        models.insert(0, blended_predictions(models, maps, lead, held_out.rows))
     comparison = compare(
         models,
-        {**maps, TRANSFORMER: calibrator},
+        maps,
         held_out.arrays.label,
         held_out.groups,
         held_out.seasons,
@@ -135,7 +187,6 @@ def evaluate(
         m.name: comparison.calibrators[m.name].probabilities(logit(m.test), held_out.rows)
         for m in models
     }
-    member_answers = check.out_of_fold(train_config)
     member_groups = calibration_by_scope(
         check.rows,
         {TRANSFORMER: member_answers, WITHOUT_MAP: ensemble_probability(check.logits)},
@@ -148,7 +199,7 @@ def evaluate(
         held_out_expeditions(backtest, held_out.rows, served),
         member_groups,
         member_answers,
-        lead_over_trees(check, train_config, baselines, member_answers),
+        lead,
     )
     log_evaluation(evaluation, check, transformer)
     log_held_out_answers(held_out.rows, served, run_dir / "held_out.parquet")
@@ -158,31 +209,65 @@ def evaluate(
     return evaluation
 
 
+def blended_predictions(
+    models: list[ModelPredictions],
+    maps: dict[str, Calibrator],
+    lead: TreeLead,
+    rows: pl.DataFrame,
+) -> ModelPredictions:
+    """The served blend on the test rows: its parts' answers, each through its map, mixed
+    (deepsummit/contracts/blend.py). Its answer is served as it is: no map of its own. On other
+    rows it answers its parts' own probabilities mixed, as every model's `predict` answers
+    before its map."""
+    parts = {m.name: m for m in models if m.name in (TRANSFORMER, lead.tree)}
+    answers = {name: maps[name].probabilities(logit(m.test), rows) for name, m in parts.items()}
+
+    def predict(arrays: FeatureArrays) -> np.ndarray:
+        own = {name: m.predict(arrays) for name, m in parts.items()}
+        return mix(own[TRANSFORMER], own[lead.tree], lead.weight)
+
+    return ModelPredictions(
+        SERVED_BLEND,
+        mix(answers[TRANSFORMER], answers[lead.tree], lead.weight),
+        sum(m.train_seconds for m in parts.values()),
+        sum(m.predict_seconds_per_1000 for m in parts.values()),
+        predict,
+        Calibrator("none"),
+    )
+
+
 def lead_over_trees(
-    check: MemberCheck,
+    rows: pl.DataFrame,
     train_config: TrainConfig,
-    baselines: list[ModelPredictions],
+    tree_checks: dict[str, np.ndarray],
     member_answers: np.ndarray,
+    served: str = "auto",
 ) -> TreeLead | None:
     """`TreeLead` of the best tree on the member check (by its own AUC there), paired by an
-    expedition bootstrap of the check's rows; `member_answers`: the transformer's."""
+    expedition bootstrap of the check's `rows`; `tree_checks`: each tree's own probabilities
+    on them, `member_answers`: the transformer's answers; `served`: the `baselines.served`
+    setting, which the model served follows."""
     trees = {
-        m.name: out_of_fold_answers(train_config, logit(m.check), check.rows)
-        for m in baselines
-        if m.rounds and m.check is not None
+        name: out_of_fold_answers(train_config, logit(answers), rows)
+        for name, answers in tree_checks.items()
     }
     if not trees:
         return None
-    labels = check.rows["label"].cast(pl.Float64).to_numpy()
+    labels = rows["label"].cast(pl.Float64).to_numpy()
     whole = np.ones((1, len(labels)))
     aucs = {name: float(weighted_auc(labels, answers, whole)[0]) for name, answers in trees.items()}
     best = max(aucs, key=aucs.__getitem__)
-    groups = check.rows.select(pl.format("{}/{}", "expid", "year")).to_series().to_numpy()
+    groups = rows.select(pl.format("{}/{}", "expid", "year")).to_series().to_numpy()
+    difference = paired_auc_difference(
+        labels, member_answers, trees[best], replicate_weights(groups)
+    )
     return TreeLead(
         best,
         float(weighted_auc(labels, member_answers, whole)[0]),
         aucs[best],
-        paired_auc_difference(labels, member_answers, trees[best], replicate_weights(groups)),
+        difference,
+        served_weight(served, difference, labels, member_answers, trees[best]),
+        trees[best],
     )
 
 
@@ -226,7 +311,8 @@ def log_evaluation(
                 **lead.difference.as_dict("member_check_auc_transformer_minus_best_tree"),
             }
         )
-        mlflow.set_tag("member_check_best_tree", lead.tree)
+        mlflow.log_metric("served_transformer_weight", lead.weight)
+        mlflow.set_tags({"member_check_best_tree": lead.tree, "served_model": lead.served})
     if evaluation.expeditions is not None:
         mlflow.log_metrics(evaluation.expeditions.metrics("test_expeditions_"))
         mlflow.log_text(evaluation.expeditions.markdown(), "evaluation/expeditions.md")

@@ -14,7 +14,9 @@ answers, through the calibration map the member check fits (deepsummit/train/rec
 3. The refit: the recipe trained on every season of the snapshot, through the newest: the model
    registered (deepsummit/contracts/artifact.py), with the map of step 1. It trains beside
    steps 1 and 2 in a process of its own when the recipe keeps its last epoch
-   (deepsummit/train/parallel.py).
+   (deepsummit/train/parallel.py). Where the member check chose a blend of the transformer and
+   the best tree (deepsummit/train/blending.py), that tree is refit on every season too, and
+   the version serves both.
 4. The gate compares recipes on held-out rows: the test split's answers and the member check's
    against the champion's own (deepsummit/train/registry.py), never a model on rows it learnt
    from.
@@ -34,6 +36,7 @@ from mlflow import ActiveRun, MlflowClient
 from mlflow.data.sources import LocalArtifactDatasetSource
 
 from deepsummit.contracts.artifact import ARTIFACT_NAME, ModelArtifact
+from deepsummit.contracts.blend import Blend
 from deepsummit.contracts.calibration import Calibrator
 from deepsummit.contracts.champion import set_experiment
 from deepsummit.contracts.member_groups import MEMBER_COLUMNS
@@ -51,12 +54,14 @@ from deepsummit.core.context import REGISTRY, RunContext
 from deepsummit.core.planned import KEY_COLUMNS
 from deepsummit.core.warehouse import frame_digest
 from deepsummit.drift.monitor import training_profile
+from deepsummit.train.baseline_protocol import baseline_seeds
+from deepsummit.train.blending import refit_trees
 from deepsummit.train.checkpoint_store import discard_uploads
 from deepsummit.train.comparison import TRANSFORMER, Comparison
 from deepsummit.train.evaluation import Evaluation, HeldOut, evaluate
 from deepsummit.train.member_groups import ALL_PEAKS
 from deepsummit.train.parallel import Trained, train_recipe
-from deepsummit.train.recipe import MemberCheck, Recipe, Refit
+from deepsummit.train.recipe import MemberCheck, Recipe, Refit, training_arrays
 from deepsummit.train.registration import Registered, log_and_register
 from deepsummit.train.registry import Candidate, GateDecision, gate
 from deepsummit.train.tracking import (
@@ -141,7 +146,8 @@ class TrainReport:
                 self.comparison.markdown(),
                 *self.expeditions_markdown(),
                 self.member_groups_markdown(),
-                f"{self.model_name} v{self.model_version} ({status}): {self.decision_reason}",
+                f"{self.model_name} v{self.model_version} ({status}, answered by "
+                f"{self.evaluation.served_parts}): {self.decision_reason}",
                 f"run:   {self.run_url}",
                 f"model: {self.model_url}",
             ]
@@ -203,10 +209,13 @@ def train_and_register(
             settings.train,
             settings.backtest,
             context.run_dir,
+            settings.baselines.served,
         )
         served = trained.served
         mlflow.log_params({"trained_through": served.trained_through, "rows.refit": served.rows})
-        artifact = model_artifact(data, served, calibrator, evaluation)
+        artifact = model_artifact(
+            data, served, calibrator, evaluation, served_blend(settings, data, trained, evaluation)
+        )
         registered = log_and_register(
             settings.mlflow,
             artifact.save(context.run_dir / ARTIFACT_NAME),
@@ -319,8 +328,35 @@ def log_inputs(settings: Settings, data: TrainingData) -> None:
     )
 
 
+def served_blend(
+    settings: Settings, data: TrainingData, trained: Trained, evaluation: Evaluation
+) -> Blend | None:
+    """The blend the member check chose, its tree refit on every season as the protocol
+    judged it (its rounds, its seeds, its map); None where the transformer answers alone."""
+    lead = evaluation.tree_lead
+    if lead is None or not lead.blended:
+        return None
+    tree = next(m for m in trained.baselines if m.name == lead.tree)
+    preprocessor = trained.served.preprocessor
+    trees = refit_trees(
+        lead.tree,
+        tree.rounds,
+        training_arrays(preprocessor, data.snapshot, data.windows, settings.train),
+        preprocessor.categorical_cardinalities,
+        settings.baselines,
+        settings.train,
+        baseline_seeds(settings.baselines, settings.model, settings.train),
+    )
+    assert tree.calibrator is not None  # every baseline of the protocol has its map
+    return Blend(trees, lead.weight, tree.calibrator)
+
+
 def model_artifact(
-    data: TrainingData, served: Refit, calibrator: Calibrator, evaluation: Evaluation
+    data: TrainingData,
+    served: Refit,
+    calibrator: Calibrator,
+    evaluation: Evaluation,
+    blend: Blend | None = None,
 ) -> ModelArtifact:
     """Everything the registered version needs to score a planned attempt
     (deepsummit/contracts/artifact.py): the refit networks and preprocessing, the map of the
@@ -347,7 +383,9 @@ def model_artifact(
             "trained_through": served.trained_through,
             "evaluated_on": data.preprocessor.extra["split"],
             "features_digest": data.digest,
+            "served": blend.parts if blend is not None else TRANSFORMER,
         },
+        blend=blend,
     )
 
 
@@ -379,7 +417,7 @@ def gate_version(
                 inputs_known_by=data.preprocessor.inputs.latest_known,
                 predictions=data.split("test")
                 .select(*KEY_COLUMNS, "label")
-                .with_columns(probability=pl.Series(evaluation.served[TRANSFORMER])),
+                .with_columns(probability=pl.Series(evaluation.served[evaluation.served_model])),
                 member_predictions=member_predictions(trained.check, evaluation),
                 trained_through=trained.served.trained_through,
                 trained=registered.trained,
@@ -403,8 +441,8 @@ def gate_version(
 
 
 def member_predictions(check: MemberCheck, evaluation: Evaluation) -> pl.DataFrame:
-    """The member check's rows with the answer judged there and the columns of their groups:
-    what a later gate pairs its own with."""
+    """The member check's rows with the served model's answer judged there and the columns of
+    their groups: what a later gate pairs its own with."""
     return check.rows.select(*KEY_COLUMNS, "peakid", "label", *MEMBER_COLUMNS).with_columns(
-        probability=pl.Series(evaluation.member_answers)
+        probability=pl.Series(evaluation.served_member_answers)
     )
