@@ -10,6 +10,11 @@ CHROMEDRIVER := /usr/bin/chromedriver
 # Debian's PostgreSQL server, for the end-to-end test on the production backends
 # (deepsummit/services/postgres.py finds the newest under /usr/lib/postgresql).
 POSTGRES := /usr/bin/pg_ctlcluster
+# mount, for the disk-full tests' tmpfs: Debian's `mount` is of required priority but not
+# essential, so a slim image may lack it. The remote-worker tests' `unshare` comes with
+# util-linux, which is essential: every Debian has it. (These tests also need root: where CI is
+# set, they fail without it rather than skip, tests/machine.py.)
+MOUNT := /usr/bin/mount
 NPM := /usr/bin/npm
 DOCS_ASSETS := deployments/data-docs-assets
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
@@ -38,6 +43,10 @@ $(POSTGRES):
 	$(SUDO) apt-get update -qq
 	$(SUDO) apt-get install -y -qq postgresql
 
+$(MOUNT):
+	$(SUDO) apt-get update -qq
+	$(SUDO) apt-get install -y -qq mount
+
 $(CHROMEDRIVER):
 	$(SUDO) apt-get update -qq
 	$(SUDO) apt-get install -y -qq chromium chromium-driver
@@ -50,7 +59,7 @@ $(CHROMEDRIVER):
 # hundred: flow runs, commands, workers) would compile what it imports again (0.14 s for a stage).
 TEST_WORKERS ?= 2
 
-test: $(STAMP) $(CHROMEDRIVER) $(POSTGRES)
+test: $(STAMP) $(CHROMEDRIVER) $(POSTGRES) $(MOUNT)
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 	$(BIN)/python -m compileall -q src tests

@@ -9,6 +9,10 @@ from typing import Any
 import pytest
 from session_shared import SHARED_DIR_VARIABLE
 
+# A test that needs root, `unshare`, a mount or PostgreSQL fails in CI where the machine lacks
+# it, rather than skipping (tests/machine.py).
+pytest_plugins = ["machine"]
+
 # Set before any test module imports prefect, mlflow or matplotlib.
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")

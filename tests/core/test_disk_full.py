@@ -19,6 +19,7 @@ import pytest
 from features_tables import load_bundle
 from flows_fixtures import isolated_paths, write_bundle_slice
 from ingest_fixtures import bundle_head, write_sources
+from machine import require
 from services_fixtures import deepsummit, free_port
 from synthetic import DIMENSIONS, synthetic_arrays
 from weather_fixtures import weather_batch
@@ -49,8 +50,8 @@ def disk(tmp_path: Path) -> Iterator[Path]:
         capture_output=True,
         text=True,
     )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs to fill (needs root): {mounted.stderr.strip()}")
+    failed = mounted.stderr.strip() or f"mount exited {mounted.returncode}"
+    require("a small tmpfs mounted to fill (root)", failed if mounted.returncode else None)
     try:
         yield mount_point
     finally:

@@ -4,7 +4,9 @@ flow runs of summit-trial/trial, one of them is killed mid-run (SIGKILL to its f
 and the search goes on, the study records every trial, MLflow holds the search run with its
 children, the best configuration is registered behind the champion gate and saved as the tuned
 profile; a rerun with a larger budget resumes the same study. The study's URL comes from a Prefect
-Secret block, and no flow run's parameters hold it. Every process is stopped by PID."""
+Secret block: no flow run's parameters hold it, nor any byte the run stored (the Prefect database
+and result storage, the logs, the MLflow database and artifacts, the data folder var/). Every
+process is stopped by PID."""
 
 from __future__ import annotations
 
@@ -35,6 +37,7 @@ from prefect.client.schemas.filters import (
 )
 from prefect.client.schemas.objects import FlowRun
 from prefect.settings import temporary_settings
+from secret_scan import find_secret
 from services_fixtures import STARTUP_TIMEOUT_S, free_port, prefect_server
 
 from deepsummit.core.config import Settings, deep_merge, load_settings
@@ -234,3 +237,11 @@ def test_a_search_across_two_workers_survives_a_killed_trial_and_resumes(stack):
         assert names.count(f"{settings.tune.study_name}-best") == 1, names
     else:  # a better trial: registered too, and gated against the first
         assert len(versions) == 2
+
+    # After both searches, every byte the run stored: var/ holds the MLflow database and its
+    # artifacts, the Prefect result storage and the tuned profile; the services' folder the
+    # Prefect database (SQLite here) and every process's log. The study itself lies apart.
+    stored = [settings.paths.var_dir, settings.services.run_dir]
+    assert all(folder.is_dir() for folder in stored), stored
+    hits = find_secret(stored, password)
+    assert hits == [], f"the study's password is stored in: {', '.join(map(str, hits))}"

@@ -36,14 +36,12 @@ from deepsummit.services import postgres
 from deepsummit.services import supervisor as services
 from deepsummit.train.checkpoint_store import TAG_UPLOADED, checkpoints_experiment
 
-WHY_NOT = can_isolate()
-NO_POSTGRES = postgres.unavailable()
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.long,
     pytest.mark.timeout(900),
-    pytest.mark.skipif(WHY_NOT is not None, reason=f"no isolated worker: {WHY_NOT}"),
-    pytest.mark.skipif(NO_POSTGRES is not None, reason=f"no PostgreSQL: {NO_POSTGRES}"),
+    pytest.mark.needs_machine("isolated workers", can_isolate()),
+    pytest.mark.needs_machine("PostgreSQL", postgres.unavailable()),
 ]
 
 GPU_POOL = "gpu"  # the pool the training deployment of prefect.yaml runs on

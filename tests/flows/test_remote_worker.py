@@ -34,8 +34,7 @@ from remote_worker import (
 
 from deepsummit.core.sections import PROJECT_DIR_VARIABLE, PROJECT_ROOT
 
-WHY_NOT = can_isolate()
-pytestmark = pytest.mark.skipif(WHY_NOT is not None, reason=f"no isolated worker: {WHY_NOT}")
+pytestmark = pytest.mark.needs_machine("an isolated worker", can_isolate())
 
 DATA_POOL, REMOTE_POOL = "data", "train-remote"
 ENTRYPOINT = "tests/remote_worker.py"

@@ -34,6 +34,7 @@ from deepsummit.core.sections import OutlookConfig, TeamMember
 from deepsummit.core.warehouse import connect, registered, run
 from deepsummit.drift.comparison import DriftReport
 from deepsummit.drift.monitor import weather_drift
+from deepsummit.serve.model_input import RefusedRequest
 from deepsummit.serve.planned import parse_planned
 from deepsummit.serve.prediction import BAND_MEANING
 from deepsummit.serve.scoring import planned_features
@@ -313,10 +314,10 @@ def outlook_for(
     if daily is not None:
         check_horizon(peakid, days, daily, source, replay=config.as_of is not None)
     requests = planned_requests(config, members, peakid, days, daily, source)
-    answers = model.predict(requests)
-    errors = sorted({e for e in answers["error"] if isinstance(e, str) and e})
-    if errors:
-        raise BadInput(f"{peakid}: {errors[0]}")
+    try:
+        answers = model.predict(requests)
+    except RefusedRequest as refused:
+        raise BadInput(f"{peakid}: {min(refused.reasons.values())}") from None
     shape = (len(days), len(members))
     p, low, high = (
         answers[column].to_numpy(dtype=np.float64).reshape(shape)

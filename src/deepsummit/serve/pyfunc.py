@@ -17,7 +17,7 @@ from mlflow.types.schema import Array, ColSpec, ParamSchema, ParamSpec, Schema
 
 from deepsummit.contracts.artifact import ARTIFACT_NAME, ModelArtifact
 from deepsummit.core.planned import PLANNED_COLUMNS, WEATHER_COLUMNS
-from deepsummit.serve.scoring import answers
+from deepsummit.serve.model_input import answer_whole
 
 # The file MLflow imports to build the pyfunc of a registered version ("models from code").
 MODEL_CODE_FILE = Path(__file__).with_name("model_code.py")
@@ -50,4 +50,4 @@ class DeepSummitModel(mlflow.pyfunc.PythonModel):
     def predict(
         self, context: Any, model_input: pd.DataFrame, params: dict[str, Any] | None = None
     ) -> pd.DataFrame:
-        return answers(self.artifact, model_input, int((params or {}).get("top_tokens", 0)))
+        return answer_whole(self.artifact, model_input, int((params or {}).get("top_tokens", 0)))
