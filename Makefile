@@ -96,7 +96,7 @@ cli-docs: $(STAMP)
 # (10 nightly runs with a kill in each, about half an hour: a target of its own), suite_cpu.py
 # and half_speed.py (they run a whole `make test` or another command, by hand).
 BENCHES := features_build predict_latency model_throughput checkpoint_upload weather_requests \
-	windows outlook gpu backtest train_stage_cost two_workers
+	windows outlook gpu backtest train_stage_cost two_workers scorer_load
 
 bench: $(STAMP)
 	for script in $(BENCHES); do $(BIN)/python bench/$$script.py || exit 1; done

@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -158,3 +159,27 @@ def start_mlflow(settings: Settings) -> None:
 
 def stop_mlflow(settings: Settings) -> None:
     services.stop_process(settings, services.MLFLOW_SERVER, grace_s=2.0)
+
+
+@contextmanager
+def running_scorer(overrides: dict[str, Any]) -> Iterator[Settings]:
+    """The scorer of `overrides`, started as `deepsummit up` starts it and answering; stopped
+    after."""
+    settings = load_settings(overrides=overrides)
+    try:
+        services._ensure_process(
+            settings, services.SCORER, services._scorer_command(settings),
+            as_environment(overrides), health.scorer_healthy, STARTUP_TIMEOUT_S,
+        )  # fmt: skip
+        yield settings
+    finally:
+        services.stop_process(settings, services.SCORER)
+
+
+def wait_champion_loaded(settings: Settings, line: str = "deepsummit v1 loaded") -> None:
+    """Until the scorer's log says its loading thread loaded the champion (`line`)."""
+    scorer_log = services.log_file(settings, services.SCORER)
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while line not in scorer_log.read_text():
+        assert time.monotonic() < deadline, scorer_log.read_text()
+        time.sleep(0.2)

@@ -10,7 +10,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -19,7 +18,7 @@ from typing import Any
 
 import pytest
 from flows_fixtures import as_environment, isolated_paths
-from services_fixtures import STARTUP_TIMEOUT_S, free_port
+from services_fixtures import STARTUP_TIMEOUT_S, free_port, running_scorer, wait_champion_loaded
 from training_fixtures import TrainedRegistry
 
 from deepsummit.cli.exit_codes import ExitCode
@@ -131,26 +130,16 @@ def with_scorer(overrides: dict[str, Any]) -> Iterator[dict[str, Any]]:
     """The overrides of a user whose `deepsummit up` started the scorer, and that scorer, started
     as `up` starts it."""
     scoring = deep_merge(overrides, {"services": {"scorer": True, "scorer_port": free_port()}})
-    settings = load_settings(overrides=scoring)
-    env = as_environment(scoring)
-    try:
-        services._ensure_process(
-            settings, services.SCORER, services._scorer_command(settings), env,
-            health.scorer_healthy, STARTUP_TIMEOUT_S,
-        )  # fmt: skip
+    with running_scorer(scoring):
         yield scoring
-    finally:
-        services.stop_process(settings, services.SCORER)
 
 
 def test_a_running_scorer_answers_predict_and_the_command_imports_no_torch(
     overrides: dict[str, Any], with_scorer: dict[str, Any]
 ) -> None:
-    scorer_log = services.log_file(load_settings(overrides=with_scorer), services.SCORER)
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    while "deepsummit v1 loaded" not in scorer_log.read_text():  # before anyone asked
-        assert time.monotonic() < deadline, scorer_log.read_text()
-        time.sleep(0.2)
+    settings = load_settings(overrides=with_scorer)
+    scorer_log = services.log_file(settings, services.SCORER)
+    wait_champion_loaded(settings)  # before anyone asked
     asked = cli(
         with_scorer,
         *("predict", *EVEREST_OPTIONS, "--nationality", "USA", "--json"),

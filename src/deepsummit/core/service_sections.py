@@ -35,6 +35,18 @@ class ServicesConfig(Section):
     # answers `deepsummit predict` (deepsummit/serve/scorer.py), which then imports neither.
     scorer: bool = True
     scorer_port: int = 5010
+    # The scorer answers on this many threads (a request is milliseconds of one core; the
+    # threads are there so that a client slow to send holds one of them, not every request).
+    scorer_threads: int = Field(8, ge=1, le=256)
+    # Connections accepted and waiting for a thread: one more is answered 503 at once (the
+    # asker answers itself) rather than left to wait behind a backlog.
+    scorer_queue: int = Field(64, ge=1, le=4096)
+    # How long a client has to send its whole request, headers and body, from when a thread
+    # takes it up: a local asker sends it in microseconds; one that has not is answered 408.
+    scorer_read_deadline_s: float = Field(5.0, gt=0, le=60)
+    # A request's body: a planned attempt is a few hundred bytes; a longer one is answered 413
+    # without being read.
+    scorer_max_body_bytes: int = Field(65_536, ge=1024)
 
     @property
     def prefect_api_url(self) -> str:

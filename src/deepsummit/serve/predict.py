@@ -18,6 +18,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import math
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,7 @@ LEAST_SURE = 2  # the member's groups named where the model was least sure
 # second thread, and on a busy machine each forward pass waited for it (0.2 s a pass on two
 # shared cores, 2 ms with one thread; the answers are the same to the last bit).
 FORWARD_THREADS = 1
+_LOADING = threading.Lock()  # champion_artifact's: one download and load at a time
 
 
 def check_known(
@@ -158,9 +160,14 @@ def predict_attempt(settings: Settings, planned: Mapping[str, Any]) -> Predictio
 
 def champion_artifact(settings: Settings, champion: RegisteredVersion) -> ModelArtifact:
     """The artifact of `champion`: its local copy, checked against the registered digest, and
-    loaded once per process for files of one digest."""
-    local = verified_copy(settings.mlflow.tracking_uri, champion, settings.mlflow.model_cache_dir)
-    return loaded_artifact(local / ARTIFACT_PATH, champion.tags[TAG_FILES_DIGEST])
+    loaded once per process for files of one digest. One thread of a process at a time (the
+    scorer answers on several): two first calls at once would each download the files, the
+    second replacing the folder the first loads from, and each load the artifact."""
+    with _LOADING:
+        local = verified_copy(
+            settings.mlflow.tracking_uri, champion, settings.mlflow.model_cache_dir
+        )
+        return loaded_artifact(local / ARTIFACT_PATH, champion.tags[TAG_FILES_DIGEST])
 
 
 @functools.lru_cache(maxsize=2)

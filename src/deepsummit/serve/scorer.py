@@ -16,7 +16,18 @@ most of its time.
         409: a digest of other settings than the scorer's: the asker answers itself
         503 {"error"}: a pipeline error (no champion, the registry down): the asker answers
             itself, and so fails with that error's own exit code
+        413 {"error"}: a body over `services.scorer_max_body_bytes`, refused unread
     GET /health    200
+    any request    408 {"error"}: not sent whole within `services.scorer_read_deadline_s`
+                   503 {"error"}: every thread busy and the queue full, answered at once
+    (the asker answers itself on every status but 200 and 422)
+
+Requests are answered concurrently, by `services.scorer_threads` threads taking up the
+connections the listening thread accepts; at most `services.scorer_queue` of them wait for a
+thread. A thread gives a client `services.scorer_read_deadline_s` in all to send its request,
+headers and body: a client that sends slowly, or stops, holds one thread that long, never the
+others, and a body is read only up to `services.scorer_max_body_bytes`. The process runs one
+PyTorch thread: the requests' threads are its parallelism.
 
 It listens on the local host only and answers reads only; yet a browser reaches 127.0.0.1 too,
 so a request must name the scorer's own address as its Host (no DNS rebinding), and a POST must
@@ -26,17 +37,22 @@ be JSON, which a web page cannot send without a CORS preflight that is never all
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import logging
+import queue
+import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 
+import torch
+
 from deepsummit.contracts.champion import champion_version
 from deepsummit.core.config import Settings, load_settings
 from deepsummit.core.errors import BadInput, PipelineError
-from deepsummit.serve.predict import champion_artifact, predict_attempt
+from deepsummit.serve.predict import FORWARD_THREADS, champion_artifact, predict_attempt
 from deepsummit.serve.scorer_client import (
     BAD_INPUT_STATUS,
     HEALTH_PATH,
@@ -55,19 +71,93 @@ RETRY_S = 5.0
 
 
 class Scorer(HTTPServer):
-    """One request at a time: a request takes milliseconds, and one PyTorch thread."""
+    """Requests answered by `services.scorer_threads` threads, taking up the connections the
+    listening thread accepted in turn; with `services.scorer_queue` of them waiting already, a
+    new one is answered 503 at once."""
 
     def __init__(self, settings: Settings) -> None:
         svc = settings.services
+        # Connections not yet accepted wait in the kernel's backlog, as many as may wait for a
+        # thread (the default, 5, drops the connections of a burst, which retry a second later).
+        self.request_queue_size = svc.scorer_queue
         super().__init__((svc.host, svc.scorer_port), _Handler)
         self.settings = settings
         self.digest = settings_digest(settings)
         self.hosts = {f"{name}:{svc.scorer_port}" for name in (svc.host, "localhost", "127.0.0.1")}
+        self.waiting: queue.Queue[tuple[socket.socket, Any]] = queue.Queue(svc.scorer_queue)
+        for number in range(svc.scorer_threads):
+            threading.Thread(
+                target=self._answer_waiting, name=f"scorer-{number}", daemon=True
+            ).start()
+
+    def process_request(self, request: socket.socket, client_address: Any) -> None:
+        """The listening thread's part: queue the connection for a thread, or refuse it."""
+        try:
+            self.waiting.put_nowait((request, client_address))
+        except queue.Full:
+            log.warning(
+                "%s refused: %d connections wait already", client_address[0], self.waiting.qsize()
+            )
+            _refuse_busy(request)
+            self.shutdown_request(request)
+
+    def _answer_waiting(self) -> None:
+        """A thread's loop: one connection after another, as socketserver answers one."""
+        while True:
+            request, client_address = self.waiting.get()
+            try:
+                self.finish_request(request, client_address)
+            except Exception:
+                self.handle_error(request, client_address)
+            finally:
+                self.shutdown_request(request)
+
+
+class _ReadDeadlinePassed(Exception):
+    """The client has not sent its whole request within `services.scorer_read_deadline_s`."""
+
+
+class _DeadlineReader(io.RawIOBase):
+    """A connection's bytes by a deadline: each read waits only for what is left of the time, so
+    a client that sends a byte a second is cut off at the deadline, as one that sends nothing."""
+
+    def __init__(self, connection: socket.socket, deadline: float) -> None:
+        self.connection, self.deadline = connection, deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise _ReadDeadlinePassed
+        self.connection.settimeout(left)
+        try:
+            return self.connection.recv_into(buffer)
+        except TimeoutError:
+            raise _ReadDeadlinePassed from None
 
 
 class _Handler(BaseHTTPRequestHandler):
     server: Scorer
-    timeout = 60  # a client that stops sending mid-request frees the scorer after this
+
+    def setup(self) -> None:
+        super().setup()
+        self.deadline_s = self.server.settings.services.scorer_read_deadline_s
+        self.rfile.close()  # the socket's own reader, replaced by one that keeps the deadline
+        self.rfile = io.BufferedReader(
+            _DeadlineReader(self.connection, time.monotonic() + self.deadline_s)
+        )
+        # What a request cut off before its request line is whole is answered as: parse_request
+        # sets both from the line.
+        self.requestline, self.request_version = "", "HTTP/1.0"
+
+    def handle_one_request(self) -> None:
+        try:
+            super().handle_one_request()
+        except _ReadDeadlinePassed:
+            self.close_connection = True
+            self._send(408, {"error": f"the request was not sent within {self.deadline_s:g} s"})
 
     def do_GET(self) -> None:
         if self._routed(HEALTH_PATH):
@@ -79,8 +169,15 @@ class _Handler(BaseHTTPRequestHandler):
         if self.headers.get_content_type() != "application/json":
             self._send(415, {"error": "a request is JSON (Content-Type: application/json)"})
             return
+        limit = self.server.settings.services.scorer_max_body_bytes
         try:
             length = int(self.headers.get("Content-Length", "0"))
+            if length < 0:
+                raise ValueError(f"Content-Length {length}")
+            if length > limit:
+                # Refused before a byte of it is read: the body is never held in memory.
+                self._send(413, {"error": f"a request body is {limit} bytes at most, not {length}"})
+                return
             body = json.loads(self.rfile.read(length))
             planned = planned_from_json(body["planned"])
         except (ValueError, KeyError, TypeError) as error:
@@ -115,11 +212,32 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _send(self, status: int, document: dict[str, Any]) -> None:
         body = json.dumps(document).encode()
+        # The deadline's reads left the socket's timeout at what was left of it, maybe nothing:
+        # the answer, a few KiB that the socket's buffer takes at once, gets the whole time.
+        self.connection.settimeout(self.deadline_s)
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+
+
+def _refuse_busy(connection: socket.socket) -> None:
+    """503 on a connection no thread takes up, written without waiting (its few bytes go into
+    the socket's buffer at once) and nothing read: a full queue costs the listening thread
+    nothing, whatever the client does."""
+    try:
+        connection.setblocking(False)
+        connection.sendall(_BUSY)
+    except OSError:  # gone already, or not reading: the asker's own timeout answers it
+        pass
+
+
+_BUSY_BODY = json.dumps({"error": "the scorer is busy: every thread answers, the queue is full"})
+_BUSY = (
+    "HTTP/1.0 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+    f"Content-Length: {len(_BUSY_BODY)}\r\nConnection: close\r\n\r\n{_BUSY_BODY}"
+).encode()
 
 
 def keep_champion_loaded(settings: Settings, every_s: float = LOAD_EVERY_S) -> None:
@@ -145,6 +263,12 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     settings = load_settings(args.profile)
+    # One PyTorch thread for the whole process: the requests' threads are the parallelism, and
+    # intra-op threads beside them would only contend for the same cores (a forward pass of a
+    # few rows gains nothing from a second: FORWARD_THREADS). Set for every thread at once, so
+    # that `predict_attempt`'s own setting of it finds it already there and restores nothing
+    # under a concurrent request.
+    torch.set_num_threads(FORWARD_THREADS)
     scorer = Scorer(settings)
     threading.Thread(target=keep_champion_loaded, args=(settings,), daemon=True).start()
     scorer.serve_forever()

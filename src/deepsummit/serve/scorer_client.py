@@ -62,7 +62,8 @@ def planned_from_json(document: Mapping[str, Any]) -> dict[str, Any]:
 
 def ask_scorer(settings: Settings, planned: Mapping[str, Any]) -> Prediction | None:
     """The scorer's prediction for `planned`, or None when no scorer answers for these settings:
-    none is set up or listening, it runs with other settings, or it failed (then the reason is
+    none is set up or listening, it runs with other settings, or it failed or was too busy to
+    take the request (503: every thread answering and its queue full; then the reason is
     logged). The caller then answers in its own process. Bad input raises BadInput with the
     line the caller's own answer would give."""
     if not settings.services.scorer:
