@@ -138,10 +138,15 @@ class Evaluation:
     @property
     def served_member_answers(self) -> np.ndarray:
         """The served model's answers on the member check's rows (maps out of fold)."""
-        lead = self.tree_lead
-        if lead is None or not lead.blended:
-            return self.member_answers
-        return mix(self.member_answers, lead.tree_answers, lead.weight)
+        return served_check_answers(self.tree_lead, self.member_answers)
+
+
+def served_check_answers(lead: TreeLead | None, member_answers: np.ndarray) -> np.ndarray:
+    """The served model's answers on the member check's rows, from the transformer's
+    (`member_answers`) and, for a blend, its tree's (maps out of fold)."""
+    if lead is None or not lead.blended:
+        return member_answers
+    return mix(member_answers, lead.tree_answers, lead.weight)
 
 
 def evaluate(
@@ -187,11 +192,12 @@ def evaluate(
         m.name: comparison.calibrators[m.name].probabilities(logit(m.test), held_out.rows)
         for m in models
     }
+    # The served model first: what `predict` names the member's least sure groups by.
+    judged = {TRANSFORMER: member_answers, WITHOUT_MAP: ensemble_probability(check.logits)}
+    if lead is not None and lead.blended:
+        judged = {SERVED_BLEND: served_check_answers(lead, member_answers), **judged}
     member_groups = calibration_by_scope(
-        check.rows,
-        {TRANSFORMER: member_answers, WITHOUT_MAP: ensemble_probability(check.logits)},
-        backtest.min_group_members,
-        backtest.separate_peaks,
+        check.rows, judged, backtest.min_group_members, backtest.separate_peaks
     )
     evaluation = Evaluation(
         comparison,
