@@ -1,8 +1,9 @@
 """The registered model as an MLflow pyfunc: planned attempts in (deepsummit/serve/planned.py),
 calibrated P(summit) out, with its band (the ensemble members' lowest and highest P), whether
-the weather took part, a per-row error and notes, which models answered (the transformer, or
-its blend with the best tree), and on request (`params={"top_tokens": 5}`)
-the tokens that weighed most. Served as is by
+the weather took part, notes, which models answered (the transformer, or its blend with the best
+tree), and on request (`params={"top_tokens": 5}`) the tokens that weighed most. A request with
+a row it cannot score is refused whole (deepsummit/serve/model_input.py), so `error` is null in
+every answer. Served as is by
 `mlflow models serve -m models:/deepsummit@champion --env-manager local`."""
 
 from __future__ import annotations
