@@ -73,7 +73,7 @@ CANDIDATES: dict[str, dict[str, Any]] = {
     "the profile": {},
     "linear numeric tokens (the spec's)": {"model.numeric_embedding": "linear"},
     "piecewise-linear numeric tokens": {"model.numeric_embedding": "piecewise"},
-    "no map": {"train.calibration": "none"},
+    "no map": {"train.calibration": "none", "train.calibration_shifts_by": []},
     "six epochs": {"train.max_epochs": 6},
     "hidden size 64": {"model.hidden_size": 64},
     "no calendar": {"features.extra_inputs": WITHOUT_CALENDAR},

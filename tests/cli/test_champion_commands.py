@@ -101,7 +101,7 @@ def imported_modules(importtime_stderr: str) -> set[str]:
     }
 
 
-def test_predict_json_is_the_prediction_and_a_second_call_imports_no_mlflow_nor_pandas(
+def test_predict_json_is_the_prediction_and_a_second_call_imports_no_mlflow_nor_prefect(
     overrides,
 ) -> None:
     first = cli(overrides, "predict", *EVEREST_OPTIONS, "--nationality", "USA", "--json")
@@ -120,9 +120,24 @@ def test_predict_json_is_the_prediction_and_a_second_call_imports_no_mlflow_nor_
     assert json.loads(second.stdout) == document
     imported = imported_modules(second.stderr)
     assert "torch" in imported  # the network runs in the process
-    # pandas neither: no part of the answer, and a quarter of a second of its start.
-    unused = ("mlflow", "prefect", "pandas")
+    # The registry's versions serve a blend (tests/training_fixtures.py): its tree's library
+    # runs in the process too, and imports pandas; a transformer alone needs neither (below).
+    assert "catboost" in imported or "lightgbm" in imported
+    unused = ("mlflow", "prefect")
     assert not [name for name in imported if name.split(".")[0] in unused]
+
+
+def test_a_version_of_the_transformer_alone_is_scored_without_the_tree_libraries() -> None:
+    """pandas and the tree libraries are no part of a transformer's answer, and cost `predict`
+    a quarter of a second (pandas) to a second (LightGBM) of its start: loading and scoring
+    import them only for a blend (deepsummit/contracts/trees.py)."""
+    probe = (
+        "import sys, deepsummit.contracts.artifact, deepsummit.serve.scoring; "
+        "print(sorted(m for m in ('catboost', 'lightgbm', 'pandas', 'sklearn') "
+        "if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
 
 
 @pytest.fixture

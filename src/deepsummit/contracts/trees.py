@@ -5,20 +5,25 @@ answers with one: deepsummit/contracts/blend.py) read the same rows the same way
 lives here, below both.
 
 A tree is saved in its library's own model format (CatBoost's `.cbm`, LightGBM's text model),
-which loads without unpickling any Python object.
+which loads without unpickling any Python object. The libraries (and pandas, which both import)
+are imported where a tree is read or asked: a version that serves the transformer alone loads
+without them, and `predict` in its own process starts that much sooner.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import catboost
-import lightgbm as lgb
 import numpy as np
-import pandas as pd
 
 from deepsummit.contracts.arrays import FeatureArrays
+
+if TYPE_CHECKING:
+    import catboost
+    import lightgbm as lgb
+    import pandas as pd
 
 ATTEMPT_DAY_TOKEN = 6  # the daily token of day D (tokens 0–6 are D-6 … D)
 LIGHTGBM, CATBOOST = "LightGBM", "CatBoost"
@@ -44,6 +49,8 @@ def categorical_columns(arrays: FeatureArrays) -> list[int]:
 
 def catboost_frame(arrays: FeatureArrays, weather: bool = True) -> pd.DataFrame:
     """The trees' matrix as CatBoost reads it: the categorical columns as integers."""
+    import pandas as pd
+
     frame = pd.DataFrame(tree_matrix(arrays, weather))
     for position, column in enumerate(categorical_columns(arrays)):
         frame[column] = arrays.categorical[:, position]
@@ -88,6 +95,9 @@ class SavedTrees:
     def load(cls, library: str, weather: bool, directory: Path, names: list[str]) -> SavedTrees:
         if library not in SUFFIX:
             raise ValueError(f"no tree library {library!r} (known: {', '.join(SUFFIX)})")
+        import catboost
+        import lightgbm as lgb
+
         models = []
         for name in names:
             path = str(directory / name)
