@@ -304,6 +304,7 @@ class TrainConfig(Section):
             "deployment",
             "worker_lost_s",
             "worker_lost_restarts",
+            "cpu_fallback",
         }
     )
 
@@ -344,7 +345,10 @@ class TrainConfig(Section):
     # docs/evaluation.md).
     calibration_shifts_by: tuple[CalibrationFamily, ...] = ("age",)
     calibration_shift_penalty: float = Field(0.01, ge=0)
+    # "auto": CUDA where there is a device; without one the training refuses to start, unless
+    # cpu_fallback allows the CPU (the spec's model trains about 74 times slower there).
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    cpu_fallback: bool = False
     num_threads: int | None = None  # torch intra-op threads; None = torch's default
     max_train_rows: int | None = None  # a slice for quick runs and tests; None = all
     # The member check (deepsummit/train/recipe.py): the newest years of members' own records

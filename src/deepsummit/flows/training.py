@@ -73,20 +73,28 @@ def training_deployment(settings: Settings) -> str | None:
         try:
             pool = client.read_deployment_by_name(name).work_pool_name
         except ObjectNotFound:
-            return _in_process(f"no deployment {name!r}")
+            return _in_process(settings, f"no deployment {name!r}")
         if pool is None:
-            return _in_process(f"deployment {name!r} has no work pool")
+            return _in_process(settings, f"deployment {name!r} has no work pool")
         try:
             client.read_work_pool(pool)
         except ObjectNotFound:
-            return _in_process(f"no work pool {pool!r}")
+            return _in_process(settings, f"no work pool {pool!r}")
         workers = client.read_workers_for_work_pool(pool)
     if not any(worker.status == WorkerStatus.ONLINE for worker in workers):
-        return _in_process(f"no worker on pool {pool!r}")
+        return _in_process(settings, f"no worker on pool {pool!r}")
     return name
 
 
-def _in_process(reason: str) -> None:
+def _in_process(settings: Settings, reason: str) -> None:
+    """None, said in one line, where this machine may train; else the chain fails in one line
+    before it publishes anything (a GPU profile without `train.cpu_fallback`)."""
+    from deepsummit.train.trainer import resolve_device
+
+    try:
+        resolve_device(settings.train)
+    except PipelineError as refused:
+        raise PipelineError(f"train: {reason}, and here {refused}") from None
     get_run_logger().warning("train: %s — training in this process", reason)
     return None
 
