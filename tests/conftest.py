@@ -46,6 +46,7 @@ SHARED_STACK_FIXTURE = "services_stack"
 SHARED_STACK_MODULES = frozenset(
     {
         "tests/flows/test_handover.py",
+        "tests/flows/test_training_ends.py",
         "tests/flows/test_tune_storage.py",
         "tests/services/test_alerts.py",
         "tests/services/test_deploy.py",

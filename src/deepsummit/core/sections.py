@@ -305,6 +305,8 @@ class TrainConfig(Section):
             "worker_lost_s",
             "worker_lost_restarts",
             "cpu_fallback",
+            "pickup_deadline_s",
+            "training_deadline_s",
         }
     )
 
@@ -375,8 +377,14 @@ class TrainConfig(Section):
     # marks it Crashed and starts the deployment again, which resumes from the uploaded
     # checkpoint. Three of Prefect's worker heartbeats (PREFECT_WORKER_HEARTBEAT_SECONDS, 30 s).
     worker_lost_s: float = Field(90.0, gt=0)
-    # How often one chain starts its training again after a lost worker before it fails.
+    # How often one chain starts its training again after a lost worker, or a flow run whose
+    # process crashed while its worker lived (killed, out of memory), before it fails.
     worker_lost_restarts: int = Field(2, ge=0)
+    # Past either, the chain cancels its training flow run and fails in one line naming which:
+    # no worker of the pool has started it this long after it was scheduled; it has been
+    # running this long (the spec's model trains in about an hour on one GPU).
+    pickup_deadline_s: float = Field(900.0, gt=0)
+    training_deadline_s: float = Field(6 * 3600.0, gt=0)
 
     @model_validator(mode="after")
     def _shifts_need_a_parametric_map(self) -> TrainConfig:

@@ -68,7 +68,7 @@ def _features(report: Any) -> str:
 
 def _train(report: Any) -> str:
     role = "champion" if report.champion else "challenger"
-    auc = report.comparison.rows[0].calibrated.auc.estimate  # the transformer's, as served
+    auc = report.test_auc  # the transformer's, as served
     return f"model {report.model_name} v{report.model_version} ({role}), test AUC {auc:.3f}"
 
 
