@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mlflow import MlflowClient
 from prefect import flow
 from prefect.client.orchestration import SyncPrefectClient, get_client
 from prefect.client.schemas.actions import WorkPoolCreate
@@ -20,6 +21,7 @@ from prefect.states import State
 from remote_worker import wait_final
 from services_fixtures import RunningServices, prefect_server
 
+from deepsummit.contracts.training_lease import LEASE_TAG
 from deepsummit.core.config import load_settings
 from deepsummit.core.sections import PROJECT_ROOT
 from deepsummit.flows.training import run_training
@@ -31,10 +33,14 @@ IN_CHECKOUT = {"prefect.deployments.steps.set_working_directory": {"directory": 
 
 
 @flow(name="summit-training-ends", persist_result=False)
-def chain_side(deployment: str, marker: str, train: dict[str, Any]) -> str:
-    """What the chain does with its training flow run, under the `train` settings."""
-    settings = load_settings("tiny", {"train": train})
-    run = run_training(deployment, {"marker": marker}, "probe", settings.train, settings.services)
+def chain_side(
+    deployment: str, marker: str, train: dict[str, Any], lease: tuple[str, str] | None
+) -> str:
+    """What the chain does with its training flow run, under the `train` settings, granting
+    the lease on the run of `lease` (tracking URI, run id) where given."""
+    tracking = {"mlflow": {"tracking_uri": lease[0]}} if lease else {}
+    settings = load_settings("tiny", {"train": train, **tracking})
+    run = run_training(deployment, {"marker": marker}, "probe", settings, lease and lease[1])
     return str(run.id)
 
 
@@ -65,9 +71,11 @@ def failed_line(state: State) -> str:
     return line
 
 
-def ended(probe: str, pool: str, marker: Path, **train: Any) -> State:
+def ended(
+    probe: str, pool: str, marker: Path, lease: tuple[str, str] | None = None, **train: Any
+) -> State:
     """The chain side's final state, its training a flow run of `probe` on `pool`."""
-    return chain_side(f"probe-{probe}/{pool}", str(marker), train, return_state=True)
+    return chain_side(f"probe-{probe}/{pool}", str(marker), train, lease, return_state=True)
 
 
 def test_a_training_no_worker_picks_up_is_cancelled_and_fails_the_chain_in_one_line(
@@ -102,13 +110,18 @@ def test_a_training_killed_while_its_worker_lives_is_started_again(
 ) -> None:
     marker = tmp_path / "killed"
     pool = services_stack.settings.services.work_pool
-    state = ended("killed-once", pool, marker, worker_lost_restarts=1)
+    tracking = MlflowClient(services_stack.settings.services.mlflow_url)
+    snapshot_run = tracking.create_run(tracking.create_experiment("training-ends")).info.run_id
+    lease = (services_stack.settings.services.mlflow_url, snapshot_run)
+    state = ended("killed-once", pool, marker, lease, worker_lost_restarts=1)
 
     assert state.is_completed(), state
     killed, again = sorted(_children(client, state), key=lambda run: run.expected_start_time)
     assert killed.state is not None and killed.state.is_crashed()
     assert str(again.id) == state.result() and again.name == "probe-2"
     assert marker.exists()
+    # The run started again holds the training lease: the killed one is fenced off.
+    assert tracking.get_run(snapshot_run).data.tags[LEASE_TAG] == str(again.id)
 
 
 def _children(client: SyncPrefectClient, parent: State) -> list[Any]:

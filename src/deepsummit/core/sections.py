@@ -301,6 +301,7 @@ class TrainConfig(Section):
             "checkpoint_dir",
             "checkpoint_upload_every",
             "snapshot",
+            "lease",
             "deployment",
             "worker_lost_s",
             "worker_lost_restarts",
@@ -368,6 +369,9 @@ class TrainConfig(Section):
     checkpoint_upload_every: int | None = Field(5, ge=0)
     # The features snapshot folder to train on; None = the newest under features.features_dir.
     snapshot: ProjectPath | None = None
+    # Set by the training flow run, not by hand: the lease it must hold to upload and register
+    # (deepsummit/contracts/training_lease.py); None = none asked (training in process).
+    lease: str | None = None
     # Where `summit/train` trains: a flow run of this deployment (prefect.yaml), on its work pool,
     # fed the features snapshot by URI; in the chain's own process when it is blank, or when the
     # deployment, its pool or an online worker on it is missing (said in one line).

@@ -31,6 +31,7 @@ from prefect.runtime import flow_run
 from prefect.settings import get_current_settings
 from prefect.states import Cancelled, Cancelling, Crashed, State
 
+from deepsummit.contracts.training_lease import Lease
 from deepsummit.contracts.training_report import Build, TrainingReport
 from deepsummit.core.config import Settings, deep_merge, load_settings
 from deepsummit.core.errors import PipelineError
@@ -136,7 +137,7 @@ def train_in_deployment(chain: Chain, deployment: str) -> None:
         "overrides": chain.overrides,
     }
     name = f"{flow_run.get_name() or 'local'}-train"
-    run = run_training(deployment, parameters, name, settings.train, settings.services)
+    run = run_training(deployment, parameters, name, settings, published.run_id)
     # Not the flow run's Prefect result: that stays on the training worker's own disk.
     report = handed_over(settings.mlflow, run.id, build)
     where = flow_run_link(run)
@@ -148,16 +149,25 @@ def run_training(
     deployment: str,
     parameters: dict[str, Any],
     name: str,
-    train: TrainConfig,
-    services: ServicesConfig,
+    settings: Settings,
+    lease_run_id: str | None = None,
 ) -> FlowRun:
     """A child flow run `name` of `deployment`, completed; started again as a new flow run
     where its worker was lost or its process crashed, at most `train.worker_lost_restarts` times
     (the new run resumes from the training's uploaded checkpoint). Past a deadline, or once it
-    ended otherwise, the chain fails in one line."""
-    run = _start_training(deployment, parameters, name)
+    ended otherwise, the chain fails in one line. Each run started is granted the training
+    lease on the MLflow run `lease_run_id`, which fences off the one before it."""
+    train = settings.train
+
+    def start(run_name: str) -> FlowRun:
+        run = _start_training(deployment, parameters, run_name)
+        if lease_run_id is not None:
+            Lease(lease_run_id, str(run.id)).grant(settings.mlflow)
+        return run
+
+    run = start(name)
     for restart in range(1, train.worker_lost_restarts + 2):
-        run, lost = _wait_for_training(run, train, services)
+        run, lost = _wait_for_training(run, train, settings.services)
         if lost is None and run.state is not None and run.state.is_crashed():
             lost = f"crashed ({run.state.message or 'no message'})"
         elif lost is not None:
@@ -167,7 +177,7 @@ def run_training(
         if restart > train.worker_lost_restarts:
             raise PipelineError(f"train: flow run {run.name} {lost}; no restart left")
         lost_run = run
-        run = _start_training(deployment, parameters, f"{name}-{restart + 1}")
+        run = start(f"{name}-{restart + 1}")
         get_run_logger().warning(
             "train: flow run %s %s; started again as flow run %s", lost_run.name, lost, run.name
         )
@@ -289,7 +299,11 @@ def train_stage(
     build = Build.of(settings)
     build.refuse_other(Build(package_version, model_spec), "the chain that started it")
     folder = fetched_snapshot(settings, snapshot_uri, snapshot_digest)
-    chain = Chain.start(profile, deep_merge(overrides or {}, {"train": {"snapshot": str(folder)}}))
+    # Held on the run the snapshot was published as (runs:/<run id>/features): the chain names
+    # this flow run there as it starts it.
+    lease = Lease(snapshot_uri.removeprefix("runs:/").split("/")[0], str(flow_run.get_id()))
+    here = {"train": {"snapshot": str(folder), "lease": str(lease)}}
+    chain = Chain.start(profile, deep_merge(overrides or {}, here))
     report = chain.run_stage(TRAIN).handed(build, chain.lineage)
     hand_over(settings.mlflow, report.mlflow_run_id, report)
     return report

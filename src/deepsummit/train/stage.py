@@ -47,6 +47,7 @@ from deepsummit.contracts.snapshot import (
     read_features,
     read_windows,
 )
+from deepsummit.contracts.training_lease import Lease
 from deepsummit.contracts.training_report import Build, LineageRow, TrainingReport
 from deepsummit.core.config import Settings
 from deepsummit.core.context import REGISTRY, RunContext
@@ -244,6 +245,7 @@ def train_and_register(
             artifact.save(context.run_dir / ARTIFACT_NAME),
             planned_example(data),
             artifact,
+            Lease.parse(settings.train.lease),
         )
         decision = gate_version(settings, context, data, registered, trained, evaluation)
     # The model is safe in the registry now: its checkpoints, here and uploaded, can go.

@@ -36,6 +36,7 @@ from torch import nn
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from deepsummit.contracts.arrays import FeatureArrays
+from deepsummit.contracts.training_lease import Lease
 from deepsummit.core.errors import PipelineError
 from deepsummit.core.sections import MlflowConfig, TrainConfig
 from deepsummit.model.config import ModelConfig
@@ -395,6 +396,7 @@ def _upload_slot(
         training_key(signature, train, validation),
         signature,
         upload_folder(checkpoint_dir, train_config.checkpoint_dir),
+        Lease.parse(train_config.lease),
     )
 
 
