@@ -1,6 +1,6 @@
 """Flows that stand in for a training flow run on a worker, deployed by entrypoint
 `tests/training_probes.py:...` (so only the standard library and Prefect here): one that never
-ends, and one whose process is killed the first time it runs."""
+ends, one whose process is killed the first time it runs, and one that leaves a mark."""
 
 from __future__ import annotations
 
@@ -27,3 +27,9 @@ def killed_once(marker: str) -> str:
         path.write_text(str(os.getpid()))
         os.kill(os.getpid(), signal.SIGKILL)
     return "ran again"
+
+
+@flow(name="probe-marks", persist_result=False)
+def marks(marker: str) -> None:
+    """The payload of a run: leaves the names of its environment's variables in `marker`."""
+    Path(marker).write_text("\n".join(sorted(os.environ)))
