@@ -117,11 +117,8 @@ def training_flow_run_id(chain_run: FlowRun) -> str:
 
 def train_in_deployment(chain: Chain, deployment: str) -> None:
     """Publish the chain's snapshot, run the train stage as a child flow run of `deployment`,
-    wait for it, and take its report and lineage rows as the chain's own.
-
-    A child whose worker is lost (no heartbeat for `train.worker_lost_s`) is marked Crashed and
-    started again as a new flow run of the same deployment, at most `train.worker_lost_restarts`
-    times; the new run resumes from the training's uploaded checkpoint."""
+    wait for it (restarts, deadlines and the training lease: `run_training`), and take its
+    report, checked against this side's build, and lineage rows as the chain's own."""
     from deepsummit.train.snapshot_store import publish_snapshot
 
     settings = chain.settings
@@ -169,7 +166,7 @@ def run_training(
     for restart in range(1, train.worker_lost_restarts + 2):
         run, lost = _wait_for_training(run, train, settings.services)
         if lost is None and run.state is not None and run.state.is_crashed():
-            lost = f"crashed ({run.state.message or 'no message'})"
+            lost = f"crashed ({(run.state.message or 'no message').splitlines()[0]})"
         elif lost is not None:
             _end(run, Crashed(message=f"flow run {lost}"))
         if lost is None:

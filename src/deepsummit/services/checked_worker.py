@@ -136,16 +136,10 @@ class CheckedProcessWorker(ProcessWorker):
         flow_run: FlowRun,
         task_status: anyio.abc.TaskStatus[int | Exception] | None = None,
     ) -> BaseWorkerResult | Exception:
-        deployment = (
-            await self.client.read_deployment(flow_run.deployment_id)
-            if flow_run.deployment_id
-            else None
-        )
-        job_variables = merged_job_variables(deployment, flow_run)
-        # The pool as the server has it now, and as this worker renders the run (its snapshot,
-        # synchronised every heartbeat): both must be the shipped one.
-        fresh = await self.client.read_work_pool(self.work_pool.name)
-        reason = refusal(fresh, job_variables) or refusal(self.work_pool, job_variables)
+        try:
+            reason = await self._refusal(flow_run)
+        except Exception as error:  # what cannot be checked does not run
+            reason = f"could not be checked ({type(error).__name__}: {error})".splitlines()[0]
         if reason is None:
             return await super()._submit_run_and_capture_errors(flow_run, task_status)
         self.get_flow_run_logger(flow_run).error("refused by worker %s: %s", self.name, reason)
@@ -157,6 +151,18 @@ class CheckedProcessWorker(ProcessWorker):
         )
         self._release_limit_slot(flow_run.id)
         return refused
+
+    async def _refusal(self, flow_run: FlowRun) -> str | None:
+        deployment = (
+            await self.client.read_deployment(flow_run.deployment_id)
+            if flow_run.deployment_id
+            else None
+        )
+        job_variables = merged_job_variables(deployment, flow_run)
+        # The pool as the server has it now, and as this worker renders the run (its snapshot,
+        # synchronised every heartbeat): both must be the shipped one.
+        fresh = await self.client.read_work_pool(self.work_pool.name)
+        return refusal(fresh, job_variables) or refusal(self.work_pool, job_variables)
 
 
 def main(argv: list[str] | None = None) -> None:
