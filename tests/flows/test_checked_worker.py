@@ -94,15 +94,11 @@ def test_a_run_within_the_template_runs_with_an_allow_listed_environment(
     assert [name for name in names if not inherited(name)] == []
 
 
-@pytest.mark.parametrize(
-    "env",
-    [{"LD_PRELOAD": "/tmp/evil.so"}, {"PYTHONSTARTUP": "/tmp/evil.py"}],
-    ids=lambda env: next(iter(env)),
-)
 def test_a_tampered_deployment_the_scheduler_runs_fails_in_one_line_its_payload_unrun(
-    client: SyncPrefectClient, services_stack: RunningServices, tmp_path: Path, env: dict
+    client: SyncPrefectClient, services_stack: RunningServices, tmp_path: Path
 ) -> None:
     marker = tmp_path / "ran"
+    env = {"LD_PRELOAD": "/tmp/evil.so", "PYTHONSTARTUP": "/tmp/evil.py"}
     deployment_id = deploy(client, services_stack.settings.services.work_pool, marker)
     # Stored unchecked: the update names no work pool (Prefect 3.8.8).
     client.update_deployment(deployment_id, DeploymentUpdate(job_variables={"env": env}))
@@ -111,7 +107,8 @@ def test_a_tampered_deployment_the_scheduler_runs_fails_in_one_line_its_payload_
     run = wait_final(client, scheduled_run(client, deployment_id).id)
 
     line = refused_line(run)
-    assert "job variables outside process-job-template.json" in line and next(iter(env)) in line
+    assert "job variables outside process-job-template.json" in line
+    assert "'LD_PRELOAD' does not match" in line or "'PYTHONSTARTUP' does not match" in line
     assert not marker.exists()
     client.delete_deployment(deployment_id)
 
