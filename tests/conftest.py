@@ -49,7 +49,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 SHARED_STACK_FIXTURE = "services_stack"
 SHARED_STACK_MODULES = frozenset(
     {
+        "tests/flows/test_checked_worker.py",
         "tests/flows/test_handover.py",
+        "tests/flows/test_training_ends.py",
         "tests/flows/test_tune_storage.py",
         "tests/services/test_alerts.py",
         "tests/services/test_deploy.py",

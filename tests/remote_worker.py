@@ -142,8 +142,9 @@ def _worker(
     hostname = hostname or f"worker-{pool}"
     source, target = python_binding or ("", "")
     enter = [hostname, str(source), str(target), *map(str, hidden)]
-    command = [str(python), "-m", "prefect", "worker", "start", "--pool", pool,
-               "--type", "process", "--name", hostname]  # fmt: skip
+    # The worker `deepsummit up` and the compose file start.
+    command = [str(python), "-m", "deepsummit.services.checked_worker", "--pool", pool,
+               "--name", hostname]  # fmt: skip
     spawned = time.monotonic()
     with log.open("wb") as out:
         process = subprocess.Popen(

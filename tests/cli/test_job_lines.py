@@ -115,14 +115,12 @@ def test_what_each_stage_made_in_a_few_words() -> None:
     splits = {"train": SimpleNamespace(attempts=20), "test": SimpleNamespace(attempts=5)}
     features = SimpleNamespace(rows=25, splits=splits, snapshot_digest="3f2a9c1e0b7d99")
     assert made("features", features) == "25 feature rows (train 20, test 5), snapshot 3f2a9c1e0b7d"
-    auc = SimpleNamespace(estimate=0.78125)
-    transformer = SimpleNamespace(calibrated=SimpleNamespace(auc=auc))
     train = SimpleNamespace(
         champion=True,
         model_name="deepsummit",
         model_version="3",
-        comparison=SimpleNamespace(rows=[transformer]),
-        evaluation=SimpleNamespace(served_parts="transformer 0.55 + CatBoost 0.45"),
+        test_auc=0.78125,
+        served="transformer 0.55 + CatBoost 0.45",
     )
     assert made("train", train) == (
         "model deepsummit v3 (champion, transformer 0.55 + CatBoost 0.45), test AUC 0.781"

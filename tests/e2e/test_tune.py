@@ -97,8 +97,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Settings, 
         with temporary_settings(prefect_server(settings)):
             Secret(value=study_url).save(STUDY_SECRET, overwrite=True)
         command = [
-            PREFECT, "worker", "start", "--pool", settings.services.work_pool,
-            "--type", "process", "--name", f"{services.WORKER_NAME}-2",
+            sys.executable, "-m", "deepsummit.services.checked_worker",
+            "--pool", settings.services.work_pool, "--name", f"{services.WORKER_NAME}-2",
         ]  # fmt: skip
         services.start_process(settings, SECOND_WORKER, command, services.worker_env(settings))
         deadline = time.monotonic() + 120

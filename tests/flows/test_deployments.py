@@ -184,7 +184,7 @@ def test_compose_runs_postgres_backed_servers_and_an_s3_artifact_store(compose: 
     assert "MLFLOW_S3_ENDPOINT_URL" in mlflow["environment"]
 
 
-WORKER_START = "&& exec prefect worker start"
+WORKER_START = "&& exec python -m deepsummit.services.checked_worker"
 POOL_CREATE = re.compile(
     r"prefect --no-prompt work-pool create (?P<pool>\S+) --type (?P<type>\S+)"
     r" --base-job-template (?P<template>\S+) --overwrite"
@@ -196,7 +196,7 @@ def _workers(compose: dict) -> dict[str, dict[str, Any]]:
     workers = {}
     for service in compose["services"].values():
         command = str(service.get("command", ""))
-        if "prefect worker start" in command:
+        if WORKER_START in command:
             workers[re.search(r"--pool (\S+)", command).group(1)] = service
     return workers
 
@@ -224,7 +224,8 @@ def test_compose_workers_create_their_pool_with_the_locked_template_first(compos
         assert started, f"{pool}: the worker starts before its pool is created"
         created = POOL_CREATE.fullmatch(create.strip().removeprefix('sh -c "'))
         assert created, f"{pool}: {create!r} creates no pool with a template"
-        assert created["pool"] == pool and f"--type {created['type']}" in start
+        assert created["pool"] == pool and created["type"] == "process"
+        assert start.strip().startswith(f"--pool {pool} ")
         # The path inside the image: gpu.Dockerfile copies deployments/ into its WORKDIR.
         assert created["template"] == str(PROCESS_JOB_TEMPLATE.relative_to(PROJECT_ROOT))
     dockerfile = (DEPLOYMENTS / "gpu.Dockerfile").read_text()

@@ -16,6 +16,7 @@ from typing import Any
 
 import polars as pl
 import pytest
+import torch
 from flows_fixtures import isolated_paths, migrated_prefect_harness, write_bundle_slice
 from mlflow import MlflowClient
 from openmeteo_server import OpenMeteoServer
@@ -34,7 +35,7 @@ from prefect.events.filters import EventFilter, EventNameFilter, EventRelatedFil
 from prefect.states import Failed
 from weather_fixtures import load_mini_tables
 
-from deepsummit.core.config import Settings, load_settings
+from deepsummit.core.config import Settings, deep_merge, load_settings
 from deepsummit.core.errors import PipelineError, QuotaExhausted
 from deepsummit.core.warehouse import connect
 from deepsummit.flows.cache_keys import cache_inputs
@@ -482,10 +483,11 @@ def test_without_the_training_deployment_the_chain_trains_in_its_own_flow_run(ru
 def test_training_stays_in_process_until_a_worker_of_its_pool_is_online(
     harness: None, workspace
 ) -> None:
-    """The deployment and its pool exist but no worker polls the pool: one line, in process;
-    once a worker's heartbeat reaches the server, the chain trains on that deployment."""
+    """The deployment and its pool exist but no worker polls the pool: one line, in process
+    (where the settings allow the CPU); once a worker's heartbeat reaches the server, the chain
+    trains on that deployment."""
     overrides, _ = workspace
-    settings = load_settings("base", overrides)
+    settings = load_settings("base", deep_merge(overrides, {"train": {"cpu_fallback": True}}))
     flow_name, name = settings.train.deployment.split("/")
     pool = "gpu"
     with get_client(sync_client=True) as client:
@@ -501,3 +503,22 @@ def test_training_stays_in_process_until_a_worker_of_its_pool_is_online(
     chosen, lines = _decide(settings)
     assert chosen == settings.train.deployment
     assert lines == []
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device here may train base")
+def test_base_without_a_gpu_worker_or_a_gpu_fails_in_one_line_unless_the_cpu_is_allowed(
+    harness: None, workspace
+) -> None:
+    """No worker on the GPU pool and no CUDA device here: the chain refuses to train the spec's
+    model on this machine's CPU, in one line naming the setting that would allow it."""
+    overrides, _ = workspace
+    settings = load_settings(
+        "base", deep_merge(overrides, {"train": {"deployment": "summit-train/nowhere"}})
+    )
+    assert not settings.train.cpu_fallback  # the default: refuse
+
+    state = _where_training_runs(settings, return_state=True)
+
+    assert state.is_failed()
+    [line] = state.message.splitlines()
+    assert "no deployment" in line and "train.cpu_fallback = true" in line

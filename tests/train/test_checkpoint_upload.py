@@ -21,9 +21,15 @@ from mlflow.entities import ViewType
 from services_fixtures import free_port, output_lines, start_mlflow
 from synthetic import DIMENSIONS, synthetic_arrays
 
+from deepsummit.contracts.training_lease import Lease
 from deepsummit.core.config import Settings, load_settings
+from deepsummit.core.errors import PipelineError
 from deepsummit.services import supervisor as services
-from deepsummit.train.checkpoint_store import checkpoints_experiment, discard_uploads
+from deepsummit.train.checkpoint_store import (
+    UploadedCheckpoint,
+    checkpoints_experiment,
+    discard_uploads,
+)
 from deepsummit.train.trainer import train_model
 
 SOURCE = Path(__file__).resolve().parents[2]
@@ -227,3 +233,28 @@ def test_the_uploads_under_a_folder_are_discarded_with_their_files(
     assert fit(settings, splits, tmp_path / "empty").resumed_from_epoch == 0
     assert client.get_run(kept.info.run_id).info.lifecycle_stage == "active"
     assert client.list_artifacts(kept.info.run_id, "checkpoints")
+
+
+def test_a_training_without_its_lease_stops_at_its_next_upload(server, tmp_path: Path) -> None:
+    """A training taken for lost, its successor named on the lease: its next upload is refused
+    in one line instead of overwriting the checkpoint the successor resumes from."""
+    settings, _ = server
+    config = settings.mlflow
+    client = MlflowClient(config.tracking_uri)
+    snapshot_run = client.create_run(client.create_experiment("upload-lease")).info.run_id
+    lost = Lease(snapshot_run, "lost-run")
+    lost.grant(config)
+    checkpoint = tmp_path / "last.pt"
+    checkpoint.write_bytes(b"epoch 1")
+    uploads = UploadedCheckpoint(config, "lease-key", "signature", "lease", lost)
+    uploads.upload(checkpoint, 1)  # held: uploaded
+
+    Lease(snapshot_run, "next-run").grant(config)
+    checkpoint.write_bytes(b"epoch 2")
+    with pytest.raises(PipelineError, match="checkpoint upload of epoch 2 refused: flow run "
+                       "next-run holds the training lease"):  # fmt: skip
+        uploads.upload(checkpoint, 2)
+
+    fetched = tmp_path / "fetched.pt"
+    assert UploadedCheckpoint(config, "lease-key", "signature", "lease").fetch(fetched)
+    assert fetched.read_bytes() == b"epoch 1"

@@ -30,8 +30,9 @@ from deepsummit.contracts.champion import (
     load_verified,
 )
 from deepsummit.contracts.snapshot import PLANNED_TEST_FILE
+from deepsummit.contracts.training_lease import Lease
 from deepsummit.core.config import Settings
-from deepsummit.core.errors import ServiceUnavailable
+from deepsummit.core.errors import PipelineError, ServiceUnavailable
 from deepsummit.core.inputs import Known
 from deepsummit.core.planned import KEY_COLUMNS
 from deepsummit.core.sections import MlflowConfig
@@ -76,12 +77,14 @@ def mlflow_config(
     )
 
 
-def register(registry: TrainedRegistry, config: MlflowConfig, folder: Path) -> Registered:
+def register(
+    registry: TrainedRegistry, config: MlflowConfig, folder: Path, lease: Lease | None = None
+) -> Registered:
     """Register the trained champion's artifact (saved again into `folder`) under `config`."""
     artifact = ModelArtifact.load(registry.model_dir)
     request = pl.read_parquet(registry.snapshot / PLANNED_TEST_FILE).head(3).drop(KEY_COLUMNS)
     with training_run({}):
-        return log_and_register(config, artifact.save(folder), request.to_pandas(), artifact)
+        return log_and_register(config, artifact.save(folder), request.to_pandas(), artifact, lease)
 
 
 def candidate(registered: Registered) -> Candidate:
@@ -290,3 +293,27 @@ def test_a_short_outage_during_registration_and_the_gate_is_waited_out(
     waits = [r.getMessage() for r in caplog.records if "is not answering" in r.getMessage()]
     assert len(waits) == 2, waits
     assert "(v1 registered marked" in waits[0] and "(gate of v1: its facts)" in waits[1]
+
+
+def test_a_training_taken_for_lost_cannot_register_once_the_next_one_holds_the_lease(
+    trained_registry: TrainedRegistry, mlflow_config: MlflowConfig, tmp_path: Path
+) -> None:
+    """The chain named the lost training's successor on the lease: the lost one, still
+    running on a worker cut off from the chain, registers nothing; the holder does."""
+    client = MlflowClient(mlflow_config.tracking_uri)
+    snapshot_run = client.create_run(client.create_experiment("lease")).info.run_id
+    lost, holder = Lease(snapshot_run, "lost-run"), Lease(snapshot_run, "next-run")
+    lost.grant(mlflow_config)
+    holder.grant(mlflow_config)  # the chain started the next training
+
+    with pytest.raises(PipelineError) as refused:
+        register(trained_registry, mlflow_config, tmp_path / "a" / ARTIFACT_NAME, lost)
+
+    [line] = str(refused.value).splitlines()
+    assert line == (
+        "train: registering the model refused: flow run next-run holds the training lease, "
+        "not this flow run lost-run (taken for lost and started again)"
+    )
+    assert client.search_model_versions(f"name = '{mlflow_config.registered_model}'") == []
+    registered = register(trained_registry, mlflow_config, tmp_path / "b" / ARTIFACT_NAME, holder)
+    assert registered.version == "1"

@@ -16,12 +16,14 @@ from torch import nn
 
 from deepsummit.contracts.tensors import load_tensors, save_tensors
 from deepsummit.core.config import load_settings
+from deepsummit.core.errors import PipelineError
 from deepsummit.model.config import ModelConfig
 from deepsummit.model.transformer import DeepSummitTransformer
 from deepsummit.serve.inference import predict_proba
 from deepsummit.train.checkpoint import CHECKPOINT_FILE
 from deepsummit.train.trainer import (
     parameter_groups,
+    resolve_device,
     train_model,
     training_slice,
     warmup_cosine,
@@ -120,6 +122,25 @@ def test_on_cuda_a_killed_run_resumes_and_its_model_comes_back_to_the_cpu(
     assert {p.device.type for p in resumed.model.parameters()} == {"cpu"}
     on_gpu = predict_proba(copy.deepcopy(resumed.model).cuda(), validation, device="cuda")
     np.testing.assert_allclose(predict_proba(resumed.model, validation), on_gpu, atol=0.02)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_auto_without_cuda_is_refused_in_one_line_unless_the_cpu_fallback_is_set(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The base profile's device: on a machine without CUDA it refuses by default; with
+    train.cpu_fallback it takes the CPU and says so once."""
+    base = load_settings("base").train
+    assert base.device == "auto" and not base.cpu_fallback
+    with pytest.raises(PipelineError, match=r"no CUDA device.*cpu_fallback = true") as refused:
+        resolve_device(base)
+    assert "\n" not in str(refused.value)
+
+    allowed = base.model_copy(update={"cpu_fallback": True})
+    with caplog.at_level(logging.WARNING, logger="deepsummit.train.trainer"):
+        devices = {resolve_device(allowed).type for _ in range(3)}
+    assert devices == {"cpu"}
+    assert len([r for r in caplog.records if "cpu_fallback" in r.getMessage()]) <= 1
 
 
 def test_without_validation_it_trains_the_epochs_asked_of_the_schedule_and_keeps_the_last(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import tomllib
+from collections.abc import Mapping
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,7 @@ from deepsummit.core.weather_sections import ForecastConfig, WeatherConfig
 from deepsummit.model.config import ModelConfig
 
 DEFAULT_CONFIG_FILE = Path(str(files("deepsummit") / "deepsummit.toml"))
+CONFIG_VARIABLE = "DEEPSUMMIT_CONFIG"  # another settings file than the package's
 
 
 class Settings(Section):
@@ -115,12 +117,12 @@ def nested_overrides(dotted: dict[str, Any], base: dict[str, Any] | None = None)
     return overrides
 
 
-def _env_values() -> dict[str, Any]:
-    """DEEPSUMMIT_* variables as a nested dict (so they can be merged under overrides).
-    Variables that name no settings section (DEEPSUMMIT_CONFIG, the workers'
+def env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
+    """The DEEPSUMMIT_* variables of `environ` as a nested dict (so they can be merged under
+    overrides). Variables that name no settings section (DEEPSUMMIT_CONFIG, the workers'
     DEEPSUMMIT_PROJECT_DIR) are not settings."""
     values: dict[str, Any] = {}
-    for key, raw in os.environ.items():
+    for key, raw in environ.items():
         parts = key.removeprefix("DEEPSUMMIT_").lower().split("__")
         if not key.startswith("DEEPSUMMIT_") or parts[0] not in Settings.model_fields:
             continue
@@ -159,7 +161,7 @@ def _section_hint(key: str, name: str) -> str:
 
 
 def read_config_file(path: Path | None = None) -> dict[str, Any]:
-    path = path or Path(os.environ.get("DEEPSUMMIT_CONFIG", DEFAULT_CONFIG_FILE))
+    path = path or Path(os.environ.get(CONFIG_VARIABLE, DEFAULT_CONFIG_FILE))
     if not path.exists():
         return {}
     with path.open("rb") as handle:
@@ -198,14 +200,14 @@ def load_settings(
     profiles: dict[str, Any] = document.get("profiles", {})
     chosen = profile or os.environ.get("DEEPSUMMIT_PROFILE") or file_settings.get("profile", "cpu")
     if chosen not in profiles:
-        outer = deep_merge(deep_merge(file_settings, _env_values()), overrides or {})
+        outer = deep_merge(deep_merge(file_settings, env_overrides(os.environ)), overrides or {})
         saved = saved_profile_path(chosen, outer.get("paths", {}).get("var_dir"))
         if saved.exists():
             profiles = {**profiles, chosen: read_config_file(saved)}
         elif profiles:
             raise ValueError(f"unknown profile {chosen!r}; known: {', '.join(sorted(profiles))}")
     values = deep_merge(file_settings, _profile(profiles, chosen) if chosen in profiles else {})
-    values = deep_merge(values, _env_values())
+    values = deep_merge(values, env_overrides(os.environ))
     values = deep_merge(values, overrides or {})
     values["profile"] = chosen
     return Settings.model_validate(values)

@@ -301,9 +301,13 @@ class TrainConfig(Section):
             "checkpoint_dir",
             "checkpoint_upload_every",
             "snapshot",
+            "lease",
             "deployment",
             "worker_lost_s",
             "worker_lost_restarts",
+            "cpu_fallback",
+            "pickup_deadline_s",
+            "training_deadline_s",
         }
     )
 
@@ -344,7 +348,10 @@ class TrainConfig(Section):
     # docs/evaluation.md).
     calibration_shifts_by: tuple[CalibrationFamily, ...] = ("age",)
     calibration_shift_penalty: float = Field(0.01, ge=0)
+    # "auto": CUDA where there is a device; without one the training refuses to start, unless
+    # cpu_fallback allows the CPU (the spec's model trains about 74 times slower there).
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    cpu_fallback: bool = False
     num_threads: int | None = None  # torch intra-op threads; None = torch's default
     max_train_rows: int | None = None  # a slice for quick runs and tests; None = all
     # The member check (deepsummit/train/recipe.py): the newest years of members' own records
@@ -362,6 +369,9 @@ class TrainConfig(Section):
     checkpoint_upload_every: int | None = Field(5, ge=0)
     # The features snapshot folder to train on; None = the newest under features.features_dir.
     snapshot: ProjectPath | None = None
+    # Set by the training flow run, not by hand: the lease it must hold to upload and register
+    # (deepsummit/contracts/training_lease.py); None = none asked (training in process).
+    lease: str | None = None
     # Where `summit/train` trains: a flow run of this deployment (prefect.yaml), on its work pool,
     # fed the features snapshot by URI; in the chain's own process when it is blank, or when the
     # deployment, its pool or an online worker on it is missing (said in one line).
@@ -371,8 +381,14 @@ class TrainConfig(Section):
     # marks it Crashed and starts the deployment again, which resumes from the uploaded
     # checkpoint. Three of Prefect's worker heartbeats (PREFECT_WORKER_HEARTBEAT_SECONDS, 30 s).
     worker_lost_s: float = Field(90.0, gt=0)
-    # How often one chain starts its training again after a lost worker before it fails.
+    # How often one chain starts its training again after a lost worker, or a flow run whose
+    # process crashed while its worker lived (killed, out of memory), before it fails.
     worker_lost_restarts: int = Field(2, ge=0)
+    # Past either, the chain cancels its training flow run and fails in one line naming which:
+    # no worker of the pool has started it this long after it was scheduled; it has been
+    # running this long (the spec's model trains in about an hour on one GPU).
+    pickup_deadline_s: float = Field(900.0, gt=0)
+    training_deadline_s: float = Field(6 * 3600.0, gt=0)
 
     @model_validator(mode="after")
     def _shifts_need_a_parametric_map(self) -> TrainConfig:

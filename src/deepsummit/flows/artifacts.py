@@ -3,18 +3,9 @@
 from __future__ import annotations
 
 import base64
-from dataclasses import dataclass
 from typing import Any
 
-
-@dataclass(frozen=True)
-class LineageRow:
-    stage: str
-    asset_key: str
-    rows: int | None
-    digest: str
-    state: str  # Completed or Cached: whether this run computed the stage or reused it
-    links: str = ""
+from deepsummit.contracts.training_report import LineageRow, TrainingReport
 
 
 def _cell(value: object) -> str:
@@ -53,7 +44,7 @@ def drift_markdown(check: Any) -> str:
     return "\n".join([*lines, f"Champion: {check.note}.", "", check.report.markdown()]) + "\n"
 
 
-def summary_markdown(report: Any, drift: Any) -> str:
+def summary_markdown(report: TrainingReport, drift: Any) -> str:
     """The decision-time comparison of the transformer and the baselines, the champion
     decision, and the input drift line."""
     status = "champion" if report.champion else "challenger"
@@ -62,13 +53,11 @@ def summary_markdown(report: Any, drift: Any) -> str:
         "",
         f"**Decision:** {report.decision_reason}",
         "",
-        f"{report.judged_line()} Weather source `{report.weather_source}`; features "
+        f"{report.judged_line} Weather source `{report.weather_source}`; features "
         f"`{report.digest[:12]}`; {len(report.inputs)} tabular inputs, all known by the push "
         "decision.",
         "",
-        report.comparison.markdown(),
-        *report.expeditions_markdown(),
-        report.member_groups_markdown(),
+        report.tables_markdown,
         f"**{drift.render()}**" if drift.report and drift.report.warning() else drift.render(),
         "",
         f"{link('MLflow run', report.run_url)} · {link('model version', report.model_url)}",

@@ -1,20 +1,20 @@
 """What a child flow run on another machine hands back to the flow run that started it.
 
 Prefect keeps a flow run's return value in the result storage of the machine it ran on, which
-the parent's machine cannot read. So the child logs the value (pickled) to an MLflow run, through
-the tracking server, and leaves where it is and its sha256 as a table artifact of its own flow
-run on the Prefect server; the parent reads that artifact, downloads the file and checks the
-digest before it unpickles anything (a file that is not the one handed over is code it would run).
+the parent's machine cannot read. So the child logs its report, as JSON
+(deepsummit/contracts/training_report.py), to an MLflow run, through the tracking server, and
+leaves where it is and its sha256 as a table artifact of its own flow run on the Prefect server;
+the parent reads that artifact, downloads the file, checks the digest and reads the document
+against the report's schema. Nothing on this path is unpickled: whoever can write the artifact
+can choose the file, so the file must not be able to run anything.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import pickle
 import tempfile
 from pathlib import Path
-from typing import Any
 from uuid import UUID
 
 from prefect.artifacts import create_table_artifact
@@ -27,6 +27,7 @@ from prefect.client.schemas.filters import (
 )
 from prefect.runtime import flow_run
 
+from deepsummit.contracts.training_report import Build, TrainingReport
 from deepsummit.core.errors import PipelineError
 from deepsummit.core.sections import MlflowConfig
 
@@ -34,13 +35,18 @@ HANDOVER_ARTIFACT = "deepsummit-handover"
 HANDOVER_DIR = "handover"
 
 
-def hand_over(config: MlflowConfig, mlflow_run_id: str, value: Any) -> str:
-    """Log `value` to the MLflow run `mlflow_run_id` for the flow run that started this one;
+def hand_over(config: MlflowConfig, mlflow_run_id: str, report: TrainingReport) -> str:
+    """Log `report` to the MLflow run `mlflow_run_id` for the flow run that started this one;
     the URI it is at."""
+    return hand_over_document(config, mlflow_run_id, report.to_json())
+
+
+def hand_over_document(config: MlflowConfig, mlflow_run_id: str, payload: bytes) -> str:
+    """Log the JSON document `payload` as `hand_over` does (the parent checks it against the
+    schema, whoever wrote it)."""
     from mlflow import MlflowClient
 
-    payload = pickle.dumps(value)
-    name = f"{flow_run.get_id()}.pkl"
+    name = f"{flow_run.get_id()}.json"
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / name
         path.write_bytes(payload)
@@ -54,9 +60,9 @@ def hand_over(config: MlflowConfig, mlflow_run_id: str, value: Any) -> str:
     return uri
 
 
-def handed_over(config: MlflowConfig, child_flow_run_id: UUID) -> Any:
-    """The value the child flow run `child_flow_run_id` handed over, checked against its
-    digest."""
+def handed_over(config: MlflowConfig, child_flow_run_id: UUID, build: Build) -> TrainingReport:
+    """The report the child flow run `child_flow_run_id` handed over, checked against its
+    digest and the report's schema, and made by this side's `build`."""
     import mlflow
 
     with get_client(sync_client=True) as client:
@@ -77,4 +83,6 @@ def handed_over(config: MlflowConfig, child_flow_run_id: UUID) -> Any:
             f"{row['uri']}: not the file flow run {child_flow_run_id} handed over (its sha256 "
             "differs): refused"
         )
-    return pickle.loads(payload)
+    report = TrainingReport.from_json(payload, row["uri"])
+    build.refuse_other(report.build, f"training flow run {child_flow_run_id}")
+    return report

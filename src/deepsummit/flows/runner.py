@@ -26,12 +26,12 @@ from prefect.runtime import deployment, flow_run
 from prefect.states import State
 from prefect.tasks import exponential_backoff
 
+from deepsummit.contracts.training_report import LineageRow
 from deepsummit.core.config import Settings, load_settings
 from deepsummit.core.context import WAREHOUSE, RunContext
 from deepsummit.core.errors import PipelineError
 from deepsummit.core.sections import PathsConfig
 from deepsummit.core.warehouse import writer_lock
-from deepsummit.flows.artifacts import LineageRow
 from deepsummit.flows.cache_keys import STAGE_CACHE, cache_inputs
 from deepsummit.flows.resources import RESOURCES
 from deepsummit.flows.stage_ends import progress_key

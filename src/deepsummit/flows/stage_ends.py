@@ -68,10 +68,9 @@ def _features(report: Any) -> str:
 
 def _train(report: Any) -> str:
     role = "champion" if report.champion else "challenger"
-    auc = report.comparison.rows[0].calibrated.auc.estimate  # the served model's (first)
     return (
-        f"model {report.model_name} v{report.model_version} ({role}, "
-        f"{report.evaluation.served_parts}), test AUC {auc:.3f}"
+        f"model {report.model_name} v{report.model_version} ({role}, {report.served}), "
+        f"test AUC {report.test_auc:.3f}"  # the served model's
     )
 
 

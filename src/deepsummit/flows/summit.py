@@ -34,7 +34,7 @@ from deepsummit.flows.stages import (
     TRAIN,
     Stage,
 )
-from deepsummit.flows.training import train_in_deployment, training_deployment
+from deepsummit.flows.training import train_here, train_in_deployment, training_deployment
 
 LINEAGE_ARTIFACT = "deepsummit-lineage"
 SUMMARY_ARTIFACT = "deepsummit-run-summary"
@@ -106,6 +106,8 @@ def summit(
         started = time.monotonic()
         if stage is TRAIN and (deployment := training_deployment(chain.settings)):
             train_in_deployment(chain, deployment)
+        elif stage is TRAIN:
+            train_here(chain)
         else:
             chain.run_stage(stage)
         log_stage_end(chain, stage, time.monotonic() - started)

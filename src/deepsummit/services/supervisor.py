@@ -94,9 +94,11 @@ def _mlflow_server_command(settings: Settings) -> list[str]:
 
 
 def _worker_command(settings: Settings) -> list[str]:
+    """Prefect's process worker, checking each run against the pool's shipped template first
+    (deepsummit/services/checked_worker.py)."""
     return [
-        bin_path("prefect"), "worker", "start",
-        "--pool", settings.services.work_pool, "--type", "process", "--name", WORKER_NAME,
+        sys.executable, "-m", "deepsummit.services.checked_worker",
+        "--pool", settings.services.work_pool, "--name", WORKER_NAME,
     ]  # fmt: skip
 
 

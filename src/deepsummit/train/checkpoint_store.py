@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from deepsummit.contracts.arrays import FeatureArrays
+from deepsummit.contracts.training_lease import Lease
 from deepsummit.core.sections import MlflowConfig
 from deepsummit.train.checkpoint import CHECKPOINT_FILE
 
@@ -127,11 +128,19 @@ class UploadedCheckpoint:
     """One training's checkpoint on the tracking server of `config`: fetched once where no
     local one exists, uploaded after the epochs the trainer says."""
 
-    def __init__(self, config: MlflowConfig, key: str, signature: str, folder: str) -> None:
+    def __init__(
+        self,
+        config: MlflowConfig,
+        key: str,
+        signature: str,
+        folder: str,
+        lease: Lease | None = None,
+    ) -> None:
         self.config = config
         self.key = key
         self.signature = signature
         self.folder = folder  # the local checkpoint's folder (`upload_folder`)
+        self.lease = lease  # held for every upload, where the training holds one
         self._run_id: str | None = None  # the training's run, once found or created
 
     def fetch(self, destination: Path) -> str | None:
@@ -144,10 +153,15 @@ class UploadedCheckpoint:
 
     def upload(self, checkpoint: Path, epoch: int) -> None:
         """`checkpoint` (the local file, just written for `epoch`) into the slot the tag does
-        not name, then the tag: a reader sees the previous upload or this whole one."""
-        _unless_failing(
-            self.config, f"checkpoint upload of epoch {epoch}", self._upload, checkpoint, epoch
-        )
+        not name, then the tag: a reader sees the previous upload or this whole one. A
+        training that no longer holds its lease stops here, in one line."""
+        what = f"checkpoint upload of epoch {epoch}"
+        if self.lease is not None:
+            holder = _unless_failing(self.config, what, self.lease.holder_now, self.config)
+            if holder is None:  # no server: nothing would be uploaded anyway (said)
+                return
+            self.lease.refuse_unless(holder, what)
+        _unless_failing(self.config, what, self._upload, checkpoint, epoch)
 
     def _fetch(self, destination: Path) -> str | None:
         import mlflow

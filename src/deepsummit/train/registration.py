@@ -21,6 +21,7 @@ from mlflow import MlflowClient
 
 from deepsummit.contracts.artifact import ARTIFACT_NAME, ModelArtifact, files_digest
 from deepsummit.contracts.champion import ARTIFACT_PATH, TAG_FILES_DIGEST, TAG_UNVERIFIED
+from deepsummit.contracts.training_lease import Lease
 from deepsummit.core.sections import MlflowConfig
 from deepsummit.serve.pyfunc import MODEL_CODE_FILE, signature
 from deepsummit.serve.scoring import answers
@@ -64,12 +65,13 @@ def log_and_register(
     directory: Path,
     input_example: pd.DataFrame,
     artifact: ModelArtifact,
+    lease: Lease | None = None,
 ) -> Registered:
     """Log the pyfunc (from code, with the artifact folder `directory`) in the active run,
     register it marked unverified, and record the digest of its files as they are stored,
     lifting the mark. Each step waits out a short MLflow outage; the version keeps its mark
     when the wait runs out after its creation. What the gate checks the version against is
-    returned with it."""
+    returned with it. A training that no longer holds its `lease` registers nothing."""
     if directory.name != ARTIFACT_NAME:  # MLflow stores the folder under its own name
         raise ValueError(
             f"the model folder must be named {ARTIFACT_NAME!r} (readers find it at "
@@ -88,6 +90,8 @@ def log_and_register(
             metadata={"seeds": artifact.seeds},
         ),
     )  # fmt: skip
+    if lease is not None:
+        lease.check(config, "registering the model")
     # Created with its mark: a registration cut short anywhere after this leaves it marked
     # (a repeated try registers another version, marked until verified like this one).
     version = when_tracking_answers(

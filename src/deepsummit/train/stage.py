@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,6 +50,8 @@ from deepsummit.contracts.snapshot import (
     read_features,
     read_windows,
 )
+from deepsummit.contracts.training_lease import Lease
+from deepsummit.contracts.training_report import Build, LineageRow, TrainingReport
 from deepsummit.core.config import Settings
 from deepsummit.core.context import REGISTRY, RunContext
 from deepsummit.core.planned import KEY_COLUMNS
@@ -135,6 +138,39 @@ class TrainReport:
         """The member check judged member group by member group, all peaks."""
         return "Member check, " + self.evaluation.member_groups[ALL_PEAKS].markdown()
 
+    def tables_markdown(self) -> str:
+        """The comparison, the test split's expeditions and the member groups, rendered."""
+        return "\n".join(
+            [
+                self.comparison.markdown(),
+                *self.expeditions_markdown(),
+                self.member_groups_markdown(),
+            ]
+        )
+
+    def handed(self, build: Build, lineage: Sequence[LineageRow]) -> TrainingReport:
+        """What the chain shows of this report, as data (deepsummit/contracts/training_report.py),
+        with the training's `lineage` rows."""
+        return TrainingReport(
+            package_version=build.package_version,
+            model_spec=build.model_spec,
+            mlflow_run_id=self.mlflow_run_id,
+            model_name=self.model_name,
+            model_version=self.model_version,
+            champion=self.champion,
+            decision_reason=self.decision_reason,
+            weather_source=self.weather_source,
+            digest=self.digest,
+            inputs=self.inputs,
+            test_auc=float(self.comparison.rows[0].calibrated.auc.estimate),
+            served=self.evaluation.served_parts,
+            judged_line=self.judged_line(),
+            tables_markdown=self.tables_markdown(),
+            run_url=self.run_url,
+            model_url=self.model_url,
+            lineage=tuple(lineage),
+        )
+
     def render(self) -> str:
         status = "champion" if self.champion else "challenger"
         return "\n".join(
@@ -143,9 +179,7 @@ class TrainReport:
                 f"Weather source {self.weather_source}; features {self.digest[:12]}; "
                 f"{len(self.inputs)} tabular inputs.",
                 "",
-                self.comparison.markdown(),
-                *self.expeditions_markdown(),
-                self.member_groups_markdown(),
+                self.tables_markdown(),
                 f"{self.model_name} v{self.model_version} ({status}, answered by "
                 f"{self.evaluation.served_parts}): {self.decision_reason}",
                 f"run:   {self.run_url}",
@@ -221,6 +255,7 @@ def train_and_register(
             artifact.save(context.run_dir / ARTIFACT_NAME),
             planned_example(data),
             artifact,
+            Lease.parse(settings.train.lease),
         )
         decision = gate_version(settings, context, data, registered, trained, evaluation)
     # The model is safe in the registry now: its checkpoints, here and uploaded, can go.

@@ -17,6 +17,7 @@ without the local file resumes from that upload (deepsummit/train/checkpoint_sto
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -35,6 +36,7 @@ from torch import nn
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from deepsummit.contracts.arrays import FeatureArrays
+from deepsummit.contracts.training_lease import Lease
 from deepsummit.core.errors import PipelineError
 from deepsummit.core.sections import MlflowConfig, TrainConfig
 from deepsummit.model.config import ModelConfig
@@ -104,12 +106,27 @@ class TrainingSummary:
 EpochCallback = Callable[[EpochRecord], None]
 
 
-def resolve_device(requested: str) -> torch.device:
+def resolve_device(train_config: TrainConfig) -> torch.device:
+    """The device `train.device` names here. "auto" without CUDA is refused unless
+    `train.cpu_fallback` allows the CPU: a GPU profile on a CPU trains for hours, not minutes."""
+    requested = train_config.device
     if requested == "cuda" and not torch.cuda.is_available():
         raise PipelineError("train.device = cuda, but no CUDA device is available")
-    if requested == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(requested)
+    if requested != "auto" or torch.cuda.is_available():
+        return torch.device(requested if requested != "auto" else "cuda")
+    if not train_config.cpu_fallback:
+        raise PipelineError(
+            "train.device = auto found no CUDA device on this machine; set "
+            "train.cpu_fallback = true to train on its CPU (many times slower)"
+        )
+    _warn_cpu_fallback()
+    return torch.device("cpu")
+
+
+@functools.cache
+def _warn_cpu_fallback() -> None:
+    """Once a process: a stage trains several times, one line says it."""
+    logger.warning("train: no CUDA device; training on the CPU (train.cpu_fallback = true)")
 
 
 def training_slice(arrays: FeatureArrays, max_rows: int | None, seed: int) -> FeatureArrays:
@@ -291,7 +308,7 @@ def _settled(
     epoch), its rows (the slice), its epochs and its device; torch's threads set."""
     if train_config.num_threads:
         torch.set_num_threads(train_config.num_threads)
-    device = resolve_device(train_config.device)
+    device = resolve_device(train_config)
     train = training_slice(train, train_config.max_train_rows, train_config.seed)
     if validation is not None and len(np.unique(validation.label)) < 2:
         raise PipelineError("validation split has a single class: validation AUC is undefined")
@@ -379,6 +396,7 @@ def _upload_slot(
         training_key(signature, train, validation),
         signature,
         upload_folder(checkpoint_dir, train_config.checkpoint_dir),
+        Lease.parse(train_config.lease),
     )
 
 
