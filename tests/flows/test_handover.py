@@ -62,6 +62,7 @@ def a_report(build: Build) -> TrainingReport:
         digest="c0ffee",
         inputs=("age", "sex"),
         test_auc=0.78,
+        served="transformer 0.50 + CatBoost 0.50",
         judged_line="Judged as served.",
         tables_markdown="| model | AUC |",
         run_url="http://mlflow/r1",
