@@ -20,7 +20,8 @@ from session_shared import made_once
 
 from deepsummit.core.config import Settings, load_settings
 from deepsummit.core.context import RunContext
-from deepsummit.train.stage import TrainReport, train_and_register
+from deepsummit.train.report import TrainReport
+from deepsummit.train.stage import train_and_register
 
 
 @dataclass(frozen=True)

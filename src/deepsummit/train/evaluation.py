@@ -158,19 +158,15 @@ def evaluate(
     train_config: TrainConfig,
     backtest: BacktestConfig,
     run_dir: Path,
-    served: str = "auto",
+    served_setting: str = "auto",
 ) -> Evaluation:
     """Judge the recipe on both checks and log it all (see the module docstring);
     `calibrator`: the map fitted on the whole check, the one the registered model carries, of
-    the recipe's `train_config` (what the check's out-of-fold maps are fitted by); `served`:
-    the `baselines.served` setting."""
+    the recipe's `train_config` (what the check's out-of-fold maps are fitted by);
+    `served_setting`: `baselines.served`."""
     member_answers = check.out_of_fold(train_config)
     lead = lead_over_trees(
-        check.rows,
-        train_config,
-        {m.name: m.check for m in baselines if m.rounds and m.check is not None},
-        member_answers,
-        served,
+        check.rows, train_config, tree_checks(baselines), member_answers, served_setting
     )
     models = [transformer_predictions(transformer, held_out.arrays), *baselines]
     maps = {m.name: m.calibrator for m in baselines if m.calibrator is not None}
@@ -192,18 +188,11 @@ def evaluate(
         m.name: comparison.calibrators[m.name].probabilities(logit(m.test), held_out.rows)
         for m in models
     }
-    # The served model first: what `predict` names the member's least sure groups by.
-    judged = {TRANSFORMER: member_answers, WITHOUT_MAP: ensemble_probability(check.logits)}
-    if lead is not None and lead.blended:
-        judged = {SERVED_BLEND: served_check_answers(lead, member_answers), **judged}
-    member_groups = calibration_by_scope(
-        check.rows, judged, backtest.min_group_members, backtest.separate_peaks
-    )
     evaluation = Evaluation(
         comparison,
         served,
         held_out_expeditions(backtest, held_out.rows, served),
-        member_groups,
+        member_groups_judged(check, lead, member_answers, backtest),
         member_answers,
         lead,
     )
@@ -213,6 +202,25 @@ def evaluate(
     _group_aucs(held_out.rows, held_out.arrays.label, served[TRANSFORMER])
     _log_plots(run_dir / "plots", held_out.arrays.label, models, served, transformer[0])
     return evaluation
+
+
+def tree_checks(baselines: list[ModelPredictions]) -> dict[str, np.ndarray]:
+    """Each tree's own probabilities on the member check's rows (a tree counts rounds; the
+    logistic regression does not)."""
+    return {m.name: m.check for m in baselines if m.rounds and m.check is not None}
+
+
+def member_groups_judged(
+    check: MemberCheck, lead: TreeLead | None, member_answers: np.ndarray, backtest: BacktestConfig
+) -> dict[str, GroupCalibration]:
+    """The member check by member group: the served model first (what `predict` names the
+    member's least sure groups by), the transformer, and the transformer without its map."""
+    judged = {TRANSFORMER: member_answers, WITHOUT_MAP: ensemble_probability(check.logits)}
+    if lead is not None and lead.blended:
+        judged = {SERVED_BLEND: served_check_answers(lead, member_answers), **judged}
+    return calibration_by_scope(
+        check.rows, judged, backtest.min_group_members, backtest.separate_peaks
+    )
 
 
 def blended_predictions(
