@@ -84,6 +84,11 @@ CANDIDATES: dict[str, dict[str, Any]] = {
     "no dropout": {"model.dropout": 0.0, "model.drop_path_rate": 0.0},
     "8 ensemble members": {"model.ensemble_size": 8},
     "3 layers": {"model.num_layers": 3},
+    # The single changes ahead beyond noise on 2012-2013 all train longer or weigh recent
+    # seasons: their combinations, and a longer run still.
+    "ten epochs": {"train.max_epochs": 10},
+    "six epochs, batch size 256": {"train.max_epochs": 6, "train.batch_size": 256},
+    "six epochs, recency weights": {"train.max_epochs": 6, "train.recency_half_life": 5.0},
     # The spec's size with what the cpu profile adopted (one training of 4 members): its folds
     # train on a GPU machine (bench/gpu.py --prepare-folds, then its GPU half, then
     # --judge-folds), never here, where one epoch of it takes minutes.
@@ -286,6 +291,7 @@ def _paired_seasons(reports: dict[str, BacktestReport]) -> list:
                     some,
                     spearman={n: s.spearman[TRANSFORMER] for n, s in skills.items()},
                     hit={n: s.hit[TRANSFORMER] for n, s in skills.items()},
+                    decision={n: s.decision[TRANSFORMER] for n, s in skills.items()},
                 )
             )
     return paired
