@@ -44,6 +44,7 @@ from services_fixtures import STARTUP_TIMEOUT_S, start_mlflow_auth
 from two_hosts import (
     DATA_ADDRESS,
     DATA_HOST,
+    NETNS_DIR,
     OUTSIDE_ADDRESS,
     TRAINING_ADDRESS,
     Hosts,
@@ -85,6 +86,7 @@ URLS = [
 class TwoHosts:
     settings: Settings  # the data host's
     client: SyncPrefectClient
+    hosts: Hosts
     data: Worker
     remote: Worker
     data_root: Path
@@ -93,7 +95,8 @@ class TwoHosts:
 
 def _mlflow_status(host: str, login: tuple[str, str] | None, body: Any = None) -> int:
     """The status MLflow answers a request for `SEARCH` (or a user's creation, with `body`) sent
-    to the data host's address with the Host header `host` and `login`."""
+    to the data host's address with the Host header `host` and `login`, from the network the
+    calling thread is in."""
     headers = {"Host": host, "Content-Type": "application/json"}
     if login:
         headers["Authorization"] = basic_authorization(*login)
@@ -190,18 +193,22 @@ def _workers(
         deploy_probes(client, DATA_POOL, CHECKOUT_STEP)
         named = {"env": {"DEEPSUMMIT_MLFLOW__TRACKING_URI": MLFLOW_URL}}
         deploy_probes(client, GPU_POOL, WORKER_CODE_STEP, named)
-        yield TwoHosts(settings, client, data, remote, data_root, data_file)
+        yield TwoHosts(settings, client, hosts, data, remote, data_root, data_file)
 
 
 def test_mlflow_refuses_a_foreign_host_or_no_login_and_prefect_no_login(two: TwoHosts) -> None:
-    """Step 9's checks: MLflow answers its name with the login only; Prefect the login only."""
-    assert _mlflow_status(MLFLOW_NAME, PIPELINE) == 200
-    assert _mlflow_status(MLFLOW_NAME, None) == 401
-    # A Host header it was not told to take: another name, or the bare address.
-    for foreign in ("attacker.example:5000", f"{DATA_ADDRESS}:{MLFLOW_PORT}", "localhost:5000"):
-        assert _mlflow_status(foreign, PIPELINE) == 403, foreign
-    # Prefect: a request without the login refused (401), one with it taken; else it raises.
-    health.check_prefect_auth(two.settings)
+    """Step 9's checks, from the GPU host's network: MLflow answers its name with the login
+    only; Prefect the login only."""
+    with inside(two.hosts.training):
+        assert _mlflow_status(MLFLOW_NAME, PIPELINE) == 200
+        assert _mlflow_status(MLFLOW_NAME, None) == 401
+        # A Host header it was not told to take: another name, or the bare address.
+        for foreign in ("attacker.example:5000", f"{DATA_ADDRESS}:{MLFLOW_PORT}", "localhost:5000"):
+            assert _mlflow_status(foreign, PIPELINE) == 403, foreign
+        # Prefect: a request without the login refused (401), one with it taken; else it raises.
+        health.check_prefect_auth(two.settings)
+    log = services.log_file(two.settings, services.MLFLOW_SERVER).read_text()
+    assert re.search(rf"{re.escape(TRAINING_ADDRESS)}:\d+ - \"GET {re.escape(SEARCH)} \S+ 401", log)
 
 
 def test_the_chain_hands_over_to_the_training_host_by_name_alone(two: TwoHosts) -> None:
@@ -238,3 +245,11 @@ def test_the_chain_hands_over_to_the_training_host_by_name_alone(two: TwoHosts) 
     told = " ".join(environment.values())
     assert str(two.data_root) not in told and str(PROJECT_ROOT) not in told
     assert DATA_ADDRESS not in told and "127.0.0.1" not in told
+
+
+def test_the_hosts_are_gone_after_a_failure(tmp_path: Path) -> None:
+    with pytest.raises(RuntimeError, match="a test failed"), two_hosts(tmp_path) as hosts:
+        assert (NETNS_DIR / hosts.training.namespace).exists()
+        raise RuntimeError("a test failed")
+    assert not (NETNS_DIR / hosts.data.namespace).exists()
+    assert not (NETNS_DIR / hosts.training.namespace).exists()
