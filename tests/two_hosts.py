@@ -5,8 +5,8 @@ Neither namespace has a default route, and the addresses are of TEST-NET-1 (RFC 
 routed on a real network): a request from either side reaches the other side's address and
 nothing else (no loopback of the machine, no address outside it); one to anywhere else fails at
 once ("Network is unreachable"), so no request loop can wait on the network. The data host is
-known to the training host by name only: `hosts` is a hosts file, mapping DATA_HOST to the data
-side's address, that a process binds over /etc/hosts in a mount namespace of its own (as
+known to the training host by name only: `Network.hosts` is a hosts file, mapping DATA_HOST to the
+data side's address, that a process binds over /etc/hosts in a mount namespace of its own (as
 tests/remote_worker.py does for its workers).
 
 The test's own process joins the data host for a while (`inside`): the servers it starts, the

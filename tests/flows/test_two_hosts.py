@@ -64,7 +64,8 @@ pytestmark = [
 ]
 
 DATA_POOL, GPU_POOL = "local", "gpu"
-PREFECT_PORT, MLFLOW_PORT = 4200, 5000  # the defaults: the data host's ports are its own
+# The defaults: the data host's ports are its own (no other test's server is in its namespace).
+PREFECT_PORT, MLFLOW_PORT = 4200, 5000
 # What the training host is told, as docs/deployment.md's worker environment file says.
 PREFECT_URL = f"http://{DATA_HOST}:{PREFECT_PORT}/api"
 MLFLOW_URL = f"http://{DATA_HOST}:{MLFLOW_PORT}"
@@ -116,7 +117,8 @@ def two(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwoHosts]:
     data_file = data_root / "var" / "warehouse.duckdb"
     data_file.parent.mkdir()
     data_file.write_bytes(b"the data side's warehouse")
-    overrides = {"services": {"host": DATA_ADDRESS}}
+    address = {"host": DATA_ADDRESS, "prefect_port": PREFECT_PORT, "mlflow_port": MLFLOW_PORT}
+    overrides = {"services": address}
     settings = load_settings(overrides=deep_merge(isolated_paths(data_root), overrides))
     with two_hosts(data_root) as hosts, inside(hosts.data):
         try:
@@ -144,7 +146,7 @@ def two(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwoHosts]:
                         PREFECT_API_URL: settings.services.prefect_api_url,
                         PREFECT_API_AUTH_STRING: auth,
                     }
-                ),  # fmt: skip
+                ),
                 get_client(sync_client=True) as client,
             ):
                 yield from _workers(settings, client, hosts, auth, remote_root, data_file)
