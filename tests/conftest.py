@@ -24,7 +24,7 @@ os.environ.setdefault("TQDM_DISABLE", "1")
 
 # Plugin modules that test modules also import (for types and helpers): rewrite their asserts on
 # that first import, not only when `pytest_plugins` names them.
-pytest.register_assert_rewrite("training_fixtures", "services_fixtures")
+pytest.register_assert_rewrite("training_fixtures", "services_fixtures", "remote_worker")
 
 # A sender whose server is gone retries each queued item for about a minute: bound the wait.
 SENDER_DRAIN_TIMEOUT_S = 10.0

@@ -4,7 +4,9 @@ Each worker runs in new mount, PID and UTS namespaces (`unshare`; the tests run 
 folders of the other side are covered by empty tmpfs mounts, the other side's processes are not
 in its /proc, its hostname is its own, and stopping it kills everything it started (the
 namespace's first process takes the rest with it). Nothing on the host changes: the mounts live
-and die with the namespace.
+and die with the namespace. The workers share the machine's network, unless given a `network`
+of their own (tests/two_hosts.py): then a worker runs in that network namespace, its /etc/hosts
+covered by that network's hosts file, as on another host.
 
 - `data_worker`: the checkout's worker, as `deepsummit up` starts it: in the checkout, with the
   test's settings; it cannot see the remote worker's folder (so a result the remote worker
@@ -29,6 +31,8 @@ The probe flows `where_am_i` and `hand_over` are deployed by entrypoint
 
 from __future__ import annotations
 
+import base64
+import errno
 import json
 import os
 import shutil
@@ -36,6 +40,8 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -49,6 +55,7 @@ from prefect.client.schemas.actions import WorkPoolCreate
 from prefect.client.schemas.objects import FlowRun, WorkerStatus
 from prefect.deployments import run_deployment
 from prefect.runtime import flow_run
+from two_hosts import Network
 
 import deepsummit
 from deepsummit.core.sections import PROJECT_DIR_VARIABLE, PROJECT_ROOT
@@ -63,13 +70,21 @@ WORKER_CODE_STEP = {
         "directory": f"{{{{ ${PROJECT_DIR_VARIABLE} }}}}"
     }
 }
-# Set the hostname, bind the Python environment into the worker's folder, cover each hidden
-# folder with an empty tmpfs, then become the worker: args are hostname, environment, its
-# binding, hidden folders..., `--`, the command.
+# The pull step of the data worker's deployments: they run in the checkout, as prefect.yaml's
+# puts them once `prefect deploy` has filled DEEPSUMMIT_PROJECT_DIR in; a remote pool's run
+# wherever the worker that picks them up keeps its code (WORKER_CODE_STEP).
+CHECKOUT_STEP = {
+    "prefect.deployments.steps.set_working_directory": {"directory": str(PROJECT_ROOT)}
+}
+# Set the hostname, bind a hosts file over /etc/hosts (the names this machine resolves), bind
+# the Python environment into the worker's folder, cover each hidden folder with an empty tmpfs,
+# then become the worker: args are hostname, hosts file, environment, its binding, hidden
+# folders..., `--`, the command.
 ENTER = """set -eu
 hostname "$1"
-if [ -n "$2" ]; then mkdir -p "$3" && mount --bind "$2" "$3"; fi
-shift 3
+if [ -n "$2" ]; then mount --bind "$2" /etc/hosts; fi
+if [ -n "$3" ]; then mkdir -p "$4" && mount --bind "$3" "$4"; fi
+shift 4
 while [ "$1" != -- ]; do mount -t tmpfs -o size=1m,mode=0755 hidden "$1"; shift; done
 shift
 exec "$@"
@@ -84,6 +99,8 @@ QUIET = {
     "TQDM_DISABLE": "1",
 }
 ONLINE_TIMEOUT_S = 120.0
+LOGINS = ("PREFECT_API_AUTH_STRING", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")
+CHILD_TIMEOUT_S = 180.0  # hand_over's wait for its child (run_deployment's default: for ever)
 
 
 def can_isolate() -> str | None:
@@ -138,17 +155,20 @@ def _worker(
     python: Path,
     python_binding: tuple[Path, Path] | None = None,
     hostname: str | None = None,
+    network: Network | None = None,
 ) -> Iterator[Worker]:
     hostname = hostname or f"worker-{pool}"
     source, target = python_binding or ("", "")
-    enter = [hostname, str(source), str(target), *map(str, hidden)]
+    hosts = network.hosts if network else ""
+    enter = [hostname, str(hosts), str(source), str(target), *map(str, hidden)]
     # The worker `deepsummit up` and the compose file start.
     command = [str(python), "-m", "deepsummit.services.checked_worker", "--pool", pool,
                "--name", hostname]  # fmt: skip
+    namespaces = [*(network.enter() if network else []), *UNSHARE]
     spawned = time.monotonic()
     with log.open("wb") as out:
         process = subprocess.Popen(
-            [*UNSHARE, "sh", "-c", ENTER, "sh", *enter, "--", *command],
+            [*namespaces, "sh", "-c", ENTER, "sh", *enter, "--", *command],
             cwd=root,
             env=env,
             stdout=out,
@@ -172,15 +192,23 @@ def _prefect_client_env(prefect: dict[str, str]) -> dict[str, str]:
 
 @contextmanager
 def data_worker(
-    pool: str, prefect: dict[str, str], overrides: dict[str, Any], hidden: list[Path], log: Path
+    pool: str,
+    prefect: dict[str, str],
+    overrides: dict[str, Any],
+    hidden: list[Path],
+    log: Path,
+    network: Network | None = None,
 ) -> Iterator[Worker]:
     """The checkout's worker of `pool`: in the checkout, with this interpreter and the settings
-    `overrides`, its output in `log`; `hidden` folders are empty to it."""
+    `overrides`, its output in `log`; `hidden` folders are empty to it. In `network` when given
+    (tests/two_hosts.py), else in the machine's."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "DEEPSUMMIT_"))}
     env |= _prefect_client_env(prefect) | as_environment(overrides)
     env[PROJECT_DIR_VARIABLE] = str(PROJECT_ROOT)
     env["PYTHONPATH"] = os.pathsep.join(str(PROJECT_ROOT / p) for p in ("src", "tests"))
-    with _worker(pool, PROJECT_ROOT, log, env, hidden, Path(sys.executable)) as worker:
+    with _worker(
+        pool, PROJECT_ROOT, log, env, hidden, Path(sys.executable), network=network
+    ) as worker:
         yield worker
 
 
@@ -225,10 +253,12 @@ def remote_worker(
     overrides: dict[str, Any],
     hidden: list[Path],
     hostname: str | None = None,
+    network: Network | None = None,
 ) -> Iterator[Worker]:
     """A worker of `pool` as on another machine, in `root` (see the module docstring): the
     checkout and `hidden` are empty folders to it. `hostname` (also its worker name) tells two
-    such machines of one pool apart; by default worker-<pool>."""
+    such machines of one pool apart; by default worker-<pool>. `network`: its own network, as
+    another host's (tests/two_hosts.py), else the machine's."""
     copy_code(root / "code")
     for folder in ("home", "tmp"):
         (root / folder).mkdir(parents=True, exist_ok=True)
@@ -245,6 +275,7 @@ def remote_worker(
         interpreter,
         python_binding=(environment, python),
         hostname=hostname,
+        network=network,
     ) as worker:
         yield worker
 
@@ -258,9 +289,32 @@ def read_attempt(path: str) -> str:
     return "read"
 
 
+def basic_authorization(username: str, password: str) -> str:
+    """The Authorization header of an HTTP basic-auth login."""
+    return "Basic " + base64.b64encode(f"{username}:{password}".encode()).decode()
+
+
+def reach(url: str) -> str:
+    """What `url` answers a GET with, sent with the MLflow login of this process's environment
+    where it has one: the HTTP status, or the socket error's name (ECONNREFUSED: nothing listens
+    there; ENETUNREACH: no route leads there)."""
+    request = urllib.request.Request(url)
+    login = [os.environ.get(f"MLFLOW_TRACKING_{part}", "") for part in ("USERNAME", "PASSWORD")]
+    if all(login):
+        request.add_header("Authorization", basic_authorization(*login))
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return str(response.status)
+    except urllib.error.HTTPError as error:
+        return str(error.code)
+    except urllib.error.URLError as error:
+        reason = error.reason
+        return errno.errorcode.get(getattr(reason, "errno", None) or 0, type(reason).__name__)
+
+
 @flow(name="where-am-i", persist_result=True)
-def where_am_i(paths: list[str]) -> dict[str, Any]:
-    """Where this flow run executes, and what it can read of `paths`."""
+def where_am_i(paths: list[str], urls: list[str] | None = None) -> dict[str, Any]:
+    """Where this flow run executes, what it can read of `paths` and what `urls` answer it."""
     from deepsummit.core.config import load_settings
 
     return {
@@ -272,14 +326,26 @@ def where_am_i(paths: list[str]) -> dict[str, Any]:
         "var_dir": str(load_settings().paths.var_dir),
         "worker": os.environ.get("PREFECT__WORKER_NAME"),
         "reads": {path: read_attempt(path) for path in paths},
+        "reaches": {url: reach(url) for url in urls or []},
+        # Where its settings send it, and which logins it holds (by name: no secret goes into
+        # a result).
+        "environment": {
+            name: value
+            for name, value in os.environ.items()
+            if name == "PREFECT_API_URL" or name.startswith("DEEPSUMMIT_")
+        },
+        "logins": sorted(name for name in LOGINS if name in os.environ),
     }
 
 
 @flow(name="hand-over", persist_result=True)
-def hand_over(deployment: str, paths: list[str]) -> dict[str, Any]:
+def hand_over(deployment: str, paths: list[str], urls: list[str] | None = None) -> dict[str, Any]:
     """Run `deployment` as this flow run's child (as summit/train starts its training run),
     and say whether the child's result, stored where the child ran, is readable here."""
-    child: FlowRun = run_deployment(deployment, parameters={"paths": paths}, poll_interval=1)
+    parameters = {"paths": paths, "urls": urls or []}
+    child: FlowRun = run_deployment(
+        deployment, parameters=parameters, poll_interval=1, timeout=CHILD_TIMEOUT_S
+    )
     assert child.state is not None
     try:
         child.state.result()
@@ -288,11 +354,82 @@ def hand_over(deployment: str, paths: list[str]) -> dict[str, Any]:
         child_result = f"{type(error).__name__}: {error}"
     return {
         "flow_run": flow_run.get_id(),
-        "here": where_am_i.fn(paths),
+        "here": where_am_i.fn(paths, urls),
         "child": str(child.id),
         "child_state": child.state.name,
         "child_result": child_result,
     }
+
+
+ENTRYPOINT = "tests/remote_worker.py"  # the probes' file, relative to any code copy
+
+
+def deploy_probes(
+    client: SyncPrefectClient,
+    pool: str,
+    pull: dict[str, Any],
+    job_variables: dict[str, Any] | None = None,
+) -> None:
+    """where-am-i/<pool> and hand-over/<pool>: the probes on `pool`, run from the folder the
+    pull step `pull` sets, with the deployment's `job_variables`."""
+    for probe in (where_am_i, hand_over):
+        client.create_deployment(
+            flow_id=client.create_flow_from_name(probe.name),
+            name=pool,
+            work_pool_name=pool,
+            entrypoint=f"{ENTRYPOINT}:{probe.fn.__name__}",
+            pull_steps=[pull],
+            job_variables=job_variables or {},
+        )
+
+
+def run_all(client: SyncPrefectClient, *runs: tuple[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Start a flow run of each (deployment, parameters) at once; their results once all
+    have completed."""
+    started = [
+        client.create_flow_run_from_deployment(
+            client.read_deployment_by_name(name).id, parameters=parameters
+        )
+        for name, parameters in runs
+    ]
+    results = []
+    for started_run in started:
+        run = wait_final(client, started_run.id)
+        assert run.state is not None and run.state.is_completed(), run.state
+        results.append(run.state.result())
+    return results
+
+
+def check_elsewhere(facts: dict[str, Any], remote: Worker, paths: list[str]) -> None:
+    """`facts` (where_am_i's) are of a flow run on `remote`, on a machine of its own: none of
+    `paths` readable, its own code copy, HOME, var/, hostname and worker name."""
+    code = remote.root / "code"
+    assert facts["reads"] == {path: "FileNotFoundError" for path in paths}
+    assert facts["cwd"] == str(code)
+    assert Path(facts["package"]).is_relative_to(code)  # its own copy of the code
+    assert facts["project_root"] == str(code)
+    assert facts["home"] == str(remote.root / "home")
+    assert Path(facts["var_dir"]).is_relative_to(remote.root)
+    assert facts["hostname"] == facts["worker"] == remote.hostname
+
+
+def check_handed_over(
+    client: SyncPrefectClient, parent: dict[str, Any], remote: Worker
+) -> dict[str, Any]:
+    """`parent` (hand_over's) started its child on `remote`'s pool as its child flow run, and
+    could not read the child's result, stored on the remote worker's disk; the child's facts."""
+    child = client.read_flow_run(parent["child"])
+    assert child.work_pool_name == remote.pool and parent["child_state"] == "Completed"
+    # A child flow run: the task run that stands for it belongs to the parent's flow run.
+    assert child.parent_task_run_id is not None
+    task_run = client.read_task_run(child.parent_task_run_id)
+    assert str(task_run.flow_run_id) == parent["flow_run"]
+    # Out of reach of the flow run that started it, as on two machines.
+    assert parent["child_result"].startswith("ValueError")
+    assert str(remote.root) in parent["child_result"]
+    # ... and read here, from the remote worker's disk.
+    assert child.state is not None
+    return child.state.result()
 
 
 def wait_final(client: SyncPrefectClient, flow_run_id: Any, timeout_s: float = 180) -> FlowRun:

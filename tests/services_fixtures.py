@@ -7,6 +7,7 @@ never the default ports, so a `make train` left running beside the tests changes
 
 from __future__ import annotations
 
+import configparser
 import itertools
 import os
 import queue
@@ -155,6 +156,40 @@ def start_mlflow(settings: Settings) -> None:
         {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
     )
     health.wait_healthy(settings, services.MLFLOW_SERVER, services.mlflow_healthy, 120)
+
+
+def start_mlflow_auth(
+    settings: Settings, root: Path, admin: tuple[str, str], allowed_hosts: list[str] | None = None
+) -> None:
+    """MLflow's basic-auth app as deployments/docker-compose.yml runs it (its mlflow-auth.ini, an
+    admin, no job runner) on the host and port of `settings.services`, its stores under `root`,
+    taking the Host names `allowed_hosts` (MLflow's default without). Started, not yet healthy."""
+    config = configparser.ConfigParser()
+    config.read(PROJECT_ROOT / "deployments" / "mlflow-auth.ini")
+    config["mlflow"]["database_uri"] = f"sqlite:///{root / 'basic_auth.db'}"  # not the volume
+    with (root / "mlflow-auth.ini").open("w") as file:
+        config.write(file)
+    svc = settings.services
+    hosts = ["--allowed-hosts", ",".join(allowed_hosts)] if allowed_hosts else []
+    command = [
+        local.bin_path("mlflow"), "server", "--app-name", "basic-auth",
+        # One worker: the compose file's two would cost seconds of CPU each to start.
+        "--host", svc.host, "--port", str(svc.mlflow_port), "--workers", "1", *hosts,
+        "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}",
+        "--artifacts-destination", str(root / "artifacts"),
+    ]  # fmt: skip
+    services.start_process(
+        settings,
+        services.MLFLOW_SERVER,
+        command,
+        {
+            "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+            "MLFLOW_AUTH_CONFIG_PATH": str(root / "mlflow-auth.ini"),
+            "MLFLOW_AUTH_ADMIN_USERNAME": admin[0],
+            "MLFLOW_AUTH_ADMIN_PASSWORD": admin[1],
+            "MLFLOW_FLASK_SERVER_SECRET_KEY": "tests",
+        },
+    )
 
 
 def stop_mlflow(settings: Settings) -> None:

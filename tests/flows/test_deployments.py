@@ -80,8 +80,12 @@ def compose() -> dict[str, Any]:
 # Compose's interpolation: ${NAME}, ${NAME:-default}, ${NAME-default}, ${NAME:?error},
 # ${NAME?error}; `$$` is a literal `$` (a variable of the container's shell).
 COMPOSE_VARIABLE = re.compile(r"(?<!\$)\$\{(\w+)(?:(:?[-?])([^}]*))?\}")
-# Addresses people browse, not secrets: these alone may fall back to a default.
-COMPOSE_ADDRESSES = {"PREFECT_UI_URL", "MLFLOW_UI_URL"}
+# Addresses, not secrets (where the ports are published, the Host names MLflow takes, the UIs'
+# addresses): these alone may fall back to a default.
+COMPOSE_ADDRESSES = {
+    "PREFECT_UI_URL", "MLFLOW_UI_URL", "PUBLISH_ADDRESS", "PREFECT_PUBLISHED_PORT",
+    "MLFLOW_PUBLISHED_PORT", "MINIO_CONSOLE_PUBLISHED_PORT", "MLFLOW_ALLOWED_HOSTS",
+}  # fmt: skip
 
 
 def _interpolate(text: str, env: dict[str, str]) -> str:
@@ -94,6 +98,61 @@ def _interpolate(text: str, env: dict[str, str]) -> str:
         return argument if operator else ""
 
     return COMPOSE_VARIABLE.sub(value, text).replace("$$", "$")
+
+
+def _env_example() -> dict[str, str]:
+    """deployments/.env.example's variables and values."""
+    lines = (DEPLOYMENTS / ".env.example").read_text().splitlines()
+    pairs = (line.split("=", 1) for line in lines if line.strip() and not line.startswith("#"))
+    return {name: value for name, value in pairs}
+
+
+def _rendered(addresses: dict[str, str]) -> dict[str, Any]:
+    """The compose file as compose reads it with deployments/.env giving `addresses` (and a
+    placeholder for each secret)."""
+    text = (DEPLOYMENTS / "docker-compose.yml").read_text()
+    secrets = {name for name, _, _ in COMPOSE_VARIABLE.findall(text)} - COMPOSE_ADDRESSES
+    return yaml.safe_load(_interpolate(text, {name: f"<{name}>" for name in secrets} | addresses))
+
+
+def _allowed_hosts(rendered: dict[str, Any]) -> list[str]:
+    command = rendered["services"]["mlflow"]["command"]
+    return re.search(r"--allowed-hosts (\S+)", command).group(1).split(",")
+
+
+def test_env_example_lists_every_variable_its_secrets_blank_its_addresses_the_defaults() -> None:
+    text = (DEPLOYMENTS / "docker-compose.yml").read_text()
+    example = _env_example()
+    references = COMPOSE_VARIABLE.findall(text)
+    assert set(example) == {name for name, _, _ in references}
+    for name, _, default in references:
+        assert example[name] == (default if name in COMPOSE_ADDRESSES else ""), name
+    addresses = {name: value for name, value in example.items() if name in COMPOSE_ADDRESSES}
+    assert _rendered(addresses) == _rendered({})  # the example's values are today's behaviour
+
+
+def test_compose_publishes_on_loopback_unless_env_names_an_address() -> None:
+    def published(rendered: dict[str, Any]) -> dict[str, list[str]]:
+        services = rendered["services"]
+        return {name: s["ports"] for name, s in services.items() if "ports" in s}
+
+    assert published(_rendered({})) == {
+        "prefect-server": ["127.0.0.1:4200:4200"],
+        "mlflow": ["127.0.0.1:5000:5000"],
+        "minio": ["127.0.0.1:9001:9001"],
+    }
+    elsewhere = {"PUBLISH_ADDRESS": "10.0.0.5", "MLFLOW_PUBLISHED_PORT": "5005"}
+    assert published(_rendered(elsewhere)) == {
+        "prefect-server": ["10.0.0.5:4200:4200"],
+        "mlflow": ["10.0.0.5:5005:5000"],
+        "minio": ["127.0.0.1:9001:9001"],  # the console stays on the loopback
+    }
+
+
+def test_compose_mlflow_takes_its_workers_name_and_the_hosts_env_names() -> None:
+    assert _allowed_hosts(_rendered({})) == ["mlflow:5000", "127.0.0.1:5000", "localhost:5000"]
+    across = {"MLFLOW_ALLOWED_HOSTS": "deepsummit-data:5000"}  # docs/deployment.md's GPU host
+    assert _allowed_hosts(_rendered(across)) == ["mlflow:5000", "deepsummit-data:5000"]
 
 
 def test_compose_requires_every_secret_and_defaults_only_addresses() -> None:
@@ -115,14 +174,6 @@ def test_compose_requires_every_secret_and_defaults_only_addresses() -> None:
     assert "${MINIO_ROOT_USER}" in rendered["services"]["minio-bucket"]["entrypoint"]
 
 
-def test_compose_publishes_ports_on_loopback_only(compose: dict) -> None:
-    services = compose["services"]
-    published = {name: service["ports"] for name, service in services.items() if "ports" in service}
-    assert set(published) >= {"prefect-server", "mlflow", "minio"}
-    for name, ports in published.items():
-        assert all(str(port).startswith("127.0.0.1:") for port in ports), (name, ports)
-
-
 def test_compose_prefect_requires_the_login_and_csrf_and_its_own_origin(compose: dict) -> None:
     services = compose["services"]
     server = services["prefect-server"]["environment"]
@@ -134,8 +185,7 @@ def test_compose_prefect_requires_the_login_and_csrf_and_its_own_origin(compose:
         environment = worker["environment"]
         assert environment["PREFECT_API_AUTH_STRING"] == server["PREFECT_SERVER_API_AUTH_STRING"]
     mlflow = services["mlflow"]["command"]
-    hosts = re.search(r"--allowed-hosts (\S+)", mlflow).group(1).split(",")
-    assert "mlflow:5000" in hosts and "*" not in mlflow  # the worker reaches it as mlflow:5000
+    assert "*" not in mlflow
     assert "--cors-allowed-origins ${MLFLOW_UI_URL:-http://127.0.0.1:5000}" in mlflow
 
 

@@ -9,6 +9,7 @@ Kubernetes cluster here)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shlex
 import sys
@@ -66,6 +67,45 @@ HOSTILE_JOB_VARIABLES = [
     {"job_manifest": {"spec": {}}},
 ]
 NEVER = datetime(2999, 1, 1, tzinfo=UTC)  # a run scheduled then is never picked up
+# The env names a run may send. A Docker or Kubernetes job reads the tracking server and the
+# MLflow login from a secret of the pool's (Prefect Secret blocks, a Kubernetes Secret): a run
+# naming the tracking server would send that login wherever it chose. The process pool's
+# checked worker refuses a tracking server other than its own (checked_worker.py).
+ANY_SETTING = "^DEEPSUMMIT_[A-Z0-9_]+$"
+NOT_THE_TRACKING_SERVER = "^(?!DEEPSUMMIT_MLFLOW__TRACKING_URI$)DEEPSUMMIT_[A-Z0-9_]+$"
+ENV_NAMES = {
+    "process-job-template.json": ANY_SETTING,
+    "docker-gpu-job-template.json": NOT_THE_TRACKING_SERVER,
+    "kubernetes-gpu-job-template.json": NOT_THE_TRACKING_SERVER,
+}
+GPU_TEMPLATES = [name for name, pattern in ENV_NAMES.items() if pattern != ANY_SETTING]
+# What those secrets hold, by the variable a job gets it as: Prefect Secret blocks (Docker),
+# keys of the Kubernetes Secret deepsummit-mlflow.
+SECRET_BLOCKS = {
+    "DEEPSUMMIT_MLFLOW__TRACKING_URI": "deepsummit-mlflow-tracking-uri",
+    "MLFLOW_TRACKING_USERNAME": "deepsummit-mlflow-username",
+    "MLFLOW_TRACKING_PASSWORD": "deepsummit-mlflow-password",
+}
+SECRET_KEYS = {
+    "DEEPSUMMIT_MLFLOW__TRACKING_URI": "tracking-uri",
+    "MLFLOW_TRACKING_USERNAME": "username",
+    "MLFLOW_TRACKING_PASSWORD": "password",
+}
+# What a GPU pool refuses besides: a run naming the tracking server or the login.
+NAMING_THE_SECRETS = [
+    *({"env": {name: "http://attacker.example:5000"}} for name in SECRET_BLOCKS),
+    {"mlflow_tracking_uri": "http://attacker.example:5000"},
+    {"mlflow_password": "chosen-by-the-run"},
+]
+REFUSED = [  # (template, job variables): every pool's refusals, then the GPU pools' own
+    pytest.param(template, variables, id=f"{template.split('-')[0]}-{variables}")
+    for templates, hostile in (
+        (TEMPLATES, HOSTILE_JOB_VARIABLES),
+        (GPU_TEMPLATES, NAMING_THE_SECRETS),
+    )
+    for template in templates
+    for variables in hostile
+]
 
 
 def _template(name: str) -> dict[str, Any]:
@@ -134,8 +174,7 @@ def _runs_of(client: SyncPrefectClient, deployment_id: uuid.UUID) -> list[FlowRu
     )
 
 
-@pytest.mark.parametrize("template", TEMPLATES)
-@pytest.mark.parametrize("job_variables", HOSTILE_JOB_VARIABLES, ids=lambda v: next(iter(v)))
+@pytest.mark.parametrize(("template", "job_variables"), REFUSED)
 def test_pool_refuses_a_deployment_or_flow_run_choosing_what_the_job_runs(
     client: SyncPrefectClient,
     flow_id: uuid.UUID,
@@ -191,9 +230,12 @@ def test_pool_takes_the_gpu_deployments_and_deepsummit_settings(
 def test_template_offers_only_the_variables_a_run_needs(template: str) -> None:
     variables = _template(template)["variables"]
     assert variables["additionalProperties"] is False  # anything unlisted is refused
-    assert set(variables["properties"]) <= RUN_VARIABLES
+    # A variable with a `const` is the pool's (the secrets' references): a run may send no other.
+    fixed = {name: spec for name, spec in variables["properties"].items() if "const" in spec}
+    assert all(spec["default"] == spec["const"] for spec in fixed.values())
+    assert set(variables["properties"]) - set(fixed) <= RUN_VARIABLES
     env = variables["properties"]["env"]
-    assert env["propertyNames"] == {"pattern": "^DEEPSUMMIT_[A-Z0-9_]+$"}
+    assert env["propertyNames"] == {"pattern": ENV_NAMES[template]}
     referenced = {p.name for p in find_placeholders(_template(template)["job_configuration"])}
     defined = set(variables["properties"])
     assert referenced and referenced <= defined, f"undefined: {referenced - defined}"
@@ -241,7 +283,7 @@ def test_kubernetes_job_runs_the_flow_run_command_in_the_project_image_without_a
     assert container["image"] == "deepsummit:gpu"
     assert "serviceAccountName" not in pod and pod["automountServiceAccountToken"] is False
     assert rendered["namespace"] == manifest["metadata"]["namespace"] == "default"
-    assert container["env"] == {"DEEPSUMMIT_PROFILE": "base", "DEEPSUMMIT_TRAIN__DEVICE": "cuda"}
+    assert rendered["env"] == {"DEEPSUMMIT_PROFILE": "base", "DEEPSUMMIT_TRAIN__DEVICE": "cuda"}
 
 
 def test_kubernetes_template_puts_the_gpu_count_in_resource_limits() -> None:
@@ -275,3 +317,43 @@ def test_process_template_is_what_the_local_pool_is_created_with() -> None:
 
     assert PROCESS_JOB_TEMPLATE.name in TEMPLATES
     assert TEMPLATES[PROCESS_JOB_TEMPLATE.name] == "process"
+
+
+def test_kubernetes_job_reads_the_tracking_server_and_login_from_a_kubernetes_secret() -> None:
+    """The manifest's own env list, after which the Kubernetes worker puts the job's `env`
+    (prefect-kubernetes' _populate_env_in_manifest): references to the Secret, no value."""
+    rendered = _rendered("kubernetes-gpu-job-template.json")
+    (container,) = rendered["job_manifest"]["spec"]["template"]["spec"]["containers"]
+    assert container["env"] == [
+        {"name": name, "valueFrom": {"secretKeyRef": {"name": "deepsummit-mlflow", "key": key}}}
+        for name, key in SECRET_KEYS.items()
+    ]
+    assert not set(SECRET_KEYS) & set(rendered["env"])
+
+
+def test_docker_job_reads_the_tracking_server_and_login_from_prefect_secret_blocks(
+    client: SyncPrefectClient,
+) -> None:
+    """Rendered as the Docker worker renders it, against the server: the blocks' values, with
+    the run's settings beside them."""
+    from prefect.blocks.system import Secret
+
+    template = _template("docker-gpu-job-template.json")
+    values = {name: f"{name.lower()}-from-the-block" for name in SECRET_BLOCKS}
+    for name, block in SECRET_BLOCKS.items():
+        Secret(value=values[name]).save(block, overwrite=True)
+    run = {"env": {"DEEPSUMMIT_TRAIN__MAX_EPOCHS": "1"}}
+
+    # The worker's own rendering (prefect.workers.base), its client the test server's.
+    configuration = asyncio.run(BaseJobConfiguration.from_template_and_values(template, run))
+    assert configuration.env == {
+        **values,
+        "DEEPSUMMIT_PROFILE": "base",
+        "DEEPSUMMIT_TRAIN__DEVICE": "cuda",
+        "DEEPSUMMIT_TRAIN__MAX_EPOCHS": "1",
+    }
+    # No value of its own: the blocks' references, which a run may not change.
+    blocks = {
+        spec["const"] for spec in template["variables"]["properties"].values() if "const" in spec
+    }
+    assert blocks == {f"{{{{ prefect.blocks.secret.{b} }}}}" for b in SECRET_BLOCKS.values()}

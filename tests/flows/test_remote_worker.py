@@ -11,25 +11,25 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 from flows_fixtures import isolated_paths, migrated_prefect_harness
-from prefect import Flow
 from prefect.client.orchestration import SyncPrefectClient, get_client
 from prefect.settings import PREFECT_API_URL
 from remote_worker import (
+    CHECKOUT_STEP,
     QUIET,
     WORKER_CODE_STEP,
     Worker,
     can_isolate,
+    check_elsewhere,
+    check_handed_over,
     create_pool,
     data_worker,
-    hand_over,
+    deploy_probes,
     remote_worker,
-    wait_final,
-    where_am_i,
+    run_all,
 )
 
 from deepsummit.core.sections import PROJECT_DIR_VARIABLE, PROJECT_ROOT
@@ -37,7 +37,6 @@ from deepsummit.core.sections import PROJECT_DIR_VARIABLE, PROJECT_ROOT
 pytestmark = pytest.mark.needs_machine("an isolated worker", can_isolate())
 
 DATA_POOL, REMOTE_POOL = "data", "train-remote"
-ENTRYPOINT = "tests/remote_worker.py"
 
 
 @dataclass
@@ -48,16 +47,6 @@ class TwoWorkers:
     remote: Worker
     data_file: Path  # a file of the data side's var/
     checkout_file: Path  # a file of the checkout
-
-
-def _deploy(client: SyncPrefectClient, flow: Flow, pool: str, pull: dict[str, Any]) -> None:
-    client.create_deployment(
-        flow_id=client.create_flow_from_name(flow.name),
-        name=pool,
-        work_pool_name=pool,
-        entrypoint=f"{ENTRYPOINT}:{flow.fn.__name__}",
-        pull_steps=[pull],
-    )
 
 
 @pytest.fixture(scope="module")
@@ -72,16 +61,9 @@ def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwoWorkers]:
         get_client(sync_client=True) as client,
     ):
         prefect = {"PREFECT_API_URL": PREFECT_API_URL.value()}
-        # The data worker's deployments run in the checkout, as prefect.yaml's pull step puts
-        # them once `prefect deploy` has filled in DEEPSUMMIT_PROJECT_DIR; the remote pool's
-        # run wherever the worker that picks them up keeps its code.
-        in_checkout = {
-            "prefect.deployments.steps.set_working_directory": {"directory": str(PROJECT_ROOT)}
-        }
-        for pool, pull in ((DATA_POOL, in_checkout), (REMOTE_POOL, WORKER_CODE_STEP)):
+        for pool, pull in ((DATA_POOL, CHECKOUT_STEP), (REMOTE_POOL, WORKER_CODE_STEP)):
             create_pool(client, pool)
-            for probe in (where_am_i, hand_over):
-                _deploy(client, probe, pool, pull)
+            deploy_probes(client, pool, pull)
         settings = isolated_paths(data_root)
         with (
             data_worker(
@@ -98,47 +80,20 @@ def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwoWorkers]:
             )
 
 
-def _run(workers: TwoWorkers, *runs: tuple[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """Start a flow run of each (deployment, parameters) at once; their results once all
-    have completed."""
-    client = workers.client
-    started = [
-        client.create_flow_run_from_deployment(
-            client.read_deployment_by_name(name).id, parameters=parameters
-        )
-        for name, parameters in runs
-    ]
-    results = []
-    for flow_run in started:
-        run = wait_final(client, flow_run.id)
-        assert run.state is not None and run.state.is_completed(), run.state
-        results.append(run.state.result())
-    return results
-
-
 def test_a_flow_run_on_the_remote_worker_cannot_read_the_checkout_or_its_var(
     workers: TwoWorkers,
 ) -> None:
     paths = [str(workers.data_file), str(workers.checkout_file)]
-    data, remote = _run(
-        workers,
+    data, remote = run_all(
+        workers.client,
         (f"where-am-i/{DATA_POOL}", {"paths": paths}),
         (f"where-am-i/{REMOTE_POOL}", {"paths": paths}),
     )
 
     assert data["reads"] == {path: "read" for path in paths}
-    assert remote["reads"] == {path: "FileNotFoundError" for path in paths}
-    code = workers.remote.root / "code"
-    assert remote["cwd"] == str(code) and data["cwd"] == str(PROJECT_ROOT)
-    assert Path(remote["package"]).is_relative_to(code)  # its own copy of the code
-    assert remote["project_root"] == str(code)
-    assert remote["home"] == str(workers.remote.root / "home")
-    assert Path(remote["var_dir"]).is_relative_to(workers.remote.root)
-    assert (remote["hostname"], data["hostname"]) == (
-        workers.remote.hostname,
-        workers.data.hostname,
-    )
-    assert (remote["worker"], data["worker"]) == (remote["hostname"], data["hostname"])
+    assert data["cwd"] == str(PROJECT_ROOT)
+    assert data["hostname"] == data["worker"] == workers.data.hostname
+    check_elsewhere(remote, workers.remote, paths)
 
 
 def test_a_run_started_on_the_data_worker_runs_on_the_remote_worker_as_its_child(
@@ -146,26 +101,15 @@ def test_a_run_started_on_the_data_worker_runs_on_the_remote_worker_as_its_child
 ) -> None:
     paths = [str(workers.data_file)]
     remote = f"where-am-i/{REMOTE_POOL}"
-    (parent,) = _run(workers, (f"hand-over/{DATA_POOL}", {"deployment": remote, "paths": paths}))
+    (parent,) = run_all(
+        workers.client, (f"hand-over/{DATA_POOL}", {"deployment": remote, "paths": paths})
+    )
 
     here = parent["here"]
     assert here["hostname"] == workers.data.hostname and here["reads"] == {paths[0]: "read"}
-    client = workers.client
-    child = client.read_flow_run(parent["child"])
-    assert child.work_pool_name == REMOTE_POOL and parent["child_state"] == "Completed"
-    # A child flow run: the task run that stands for it belongs to the parent's flow run.
-    assert child.parent_task_run_id is not None
-    task_run = client.read_task_run(child.parent_task_run_id)
-    assert str(task_run.flow_run_id) == parent["flow_run"]
-    # It ran elsewhere: its facts, read from the remote worker's disk by this test ...
-    assert child.state is not None
-    facts = child.state.result()
-    assert facts["hostname"] == workers.remote.hostname
-    assert facts["reads"] == {paths[0]: "FileNotFoundError"}
-    # ... which the parent cannot read: a result stored on the worker's own disk is out of
-    # reach of the flow run that started it, as on two machines.
-    assert parent["child_result"].startswith("ValueError")
-    assert str(workers.remote.root) in parent["child_result"]
+    # It ran elsewhere, as the parent's child, which cannot read its result.
+    facts = check_handed_over(workers.client, parent, workers.remote)
+    check_elsewhere(facts, workers.remote, paths)
 
 
 ON_REMOTE_POOL = {"work_pool": {"name": REMOTE_POOL, "work_queue_name": "default"}}
@@ -210,7 +154,7 @@ def test_prefect_deploy_pins_a_file_entrypoint_to_the_deployers_folder_not_a_mod
         "prefect.deployments.steps.set_working_directory": {"directory": str(PROJECT_ROOT)}
     }
     assert client.read_deployment_by_name("where-am-i/module").pull_steps == []
-    (module,) = _run(workers, ("where-am-i/module", {"paths": []}))
+    (module,) = run_all(workers.client, ("where-am-i/module", {"paths": []}))
     code = workers.remote.root / "code"
     assert module["hostname"] == workers.remote.hostname
     # It runs in a temporary folder of the worker, its package and settings from the worker's

@@ -4,19 +4,14 @@ admin may register and move `@champion`, another user may only read."""
 
 from __future__ import annotations
 
-import configparser
-import sys
-from pathlib import Path
-
 import pytest
 from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
-from services_fixtures import STARTUP_TIMEOUT_S, free_port
+from services_fixtures import STARTUP_TIMEOUT_S, free_port, start_mlflow_auth
 
 from deepsummit.contracts.champion import champion_version
 from deepsummit.core.config import load_settings
 from deepsummit.core.errors import PipelineError
-from deepsummit.core.sections import PROJECT_ROOT
 from deepsummit.services import supervisor as services
 from deepsummit.services.mlflow_users import ensure_user
 
@@ -28,33 +23,11 @@ READER = ("reader", "reader-password-for-tests")
 @pytest.fixture(scope="module")
 def registry(tmp_path_factory: pytest.TempPathFactory):
     root = tmp_path_factory.mktemp("auth")
-    config = configparser.ConfigParser()
-    config.read(PROJECT_ROOT / "deployments" / "mlflow-auth.ini")
-    config["mlflow"]["database_uri"] = f"sqlite:///{root / 'basic_auth.db'}"  # not the volume
-    with (root / "mlflow-auth.ini").open("w") as file:
-        config.write(file)
     port = free_port()
     settings = load_settings(
         overrides={"services": {"run_dir": str(root / "services"), "mlflow_port": port}}
     )
-    command = [
-        str(Path(sys.executable).parent / "mlflow"), "server", "--app-name", "basic-auth",
-        "--host", "127.0.0.1", "--port", str(port),
-        "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}",
-        "--artifacts-destination", str(root / "artifacts"),
-    ]  # fmt: skip
-    services.start_process(
-        settings,
-        services.MLFLOW_SERVER,
-        command,
-        {  # the compose file's environment of its MLflow server (no job runner either)
-            "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
-            "MLFLOW_AUTH_CONFIG_PATH": str(root / "mlflow-auth.ini"),
-            "MLFLOW_AUTH_ADMIN_USERNAME": ADMIN[0],
-            "MLFLOW_AUTH_ADMIN_PASSWORD": ADMIN[1],
-            "MLFLOW_FLASK_SERVER_SECRET_KEY": "tests",
-        },
-    )
+    start_mlflow_auth(settings, root, ADMIN)
     services.wait_healthy(
         settings, services.MLFLOW_SERVER, services.mlflow_healthy, STARTUP_TIMEOUT_S
     )
