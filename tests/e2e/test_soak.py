@@ -1,9 +1,10 @@
 """The short soak: nightly `summit/train` runs of the tiny profile on a two-peak slice against
 services of their own, each night with one SIGKILL at a random moment of its run, every kind of
-process killed once (the flow run's process, the worker, the MLflow server, the Prefect
-server). After each night, before the next, the digests of every warehouse table, the features
-snapshot and the registry are each the night before's or a complete new one, never a mix; a
-night that ends Crashed leaves them as they were (tests/soak_digests.py). Each night's row, its
+process killed once (the stage process, the worker, the MLflow server, the Prefect server).
+After each night, before the next, the digests of every warehouse table, the features snapshot
+and the registry are each the night before's or a complete new one, never a mix; a night that
+ends Crashed leaves them as they were, but for the version its training registered where that
+completed (tests/soak_digests.py). Each night's row, its
 kill and its digests' verdicts, is printed as it ends (`pytest -s`) and goes into the failure
 message. bench/soak.py is the long one (`make soak`).
 
@@ -34,7 +35,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.long, pytest.mark.timeout(1800)]
 
 NIGHTS = 4  # one for each kind of kill
 # Nights beyond those for a kill whose moment found the run already finished: it is drawn again
-# on the next night, in the earlier half of the range.
+# on the next night, in a range halved for each miss.
 SPARE_NIGHTS = 2
 KILL_WITHIN = (0.1, 0.6)  # the part of a clean run's time after which the kill lands
 OUTAGE_S = 5.0
