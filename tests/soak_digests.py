@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
+import polars as pl
 from flows_fixtures import isolated_paths
 from mlflow import MlflowClient
 
@@ -26,6 +27,7 @@ from deepsummit.core.config import Settings, deep_merge, load_settings
 from deepsummit.core.context import RunContext
 from deepsummit.core.errors import PipelineError
 from deepsummit.core.sections import MlflowConfig
+from deepsummit.core.warehouse import frame_digest
 from deepsummit.features.stage import build_features
 from deepsummit.records.stage import ingest_records
 from deepsummit.weather import load_weather
@@ -112,15 +114,21 @@ def _table_digests(warehouse: Path) -> dict[str, str]:
 
 
 def _snapshot_files(features_dir: Path) -> dict[str, str]:
-    """The newest snapshot's files (`<snapshot>/<path in it>`) → a digest of their bytes;
-    empty where there is no snapshot yet."""
+    """The newest snapshot's files (`<snapshot>/<path in it>`) → a digest of what they hold;
+    empty where there is no snapshot yet. A table's digest is of its rows in any order
+    (`frame_digest`, as the snapshot's own name is): a rebuild writes the history tables in
+    an order that varies with the threads' timing, the same rows in other bytes."""
     try:
         folder = newest_features_dir(features_dir)
     except PipelineError:
         return {}
     files = sorted(path for path in folder.resolve().rglob("*") if path.is_file())
     return {
-        f"{folder.name}/{path.relative_to(folder.resolve())}": _sha(path.read_bytes())[:16]
+        f"{folder.name}/{path.relative_to(folder.resolve())}": (
+            frame_digest(pl.read_parquet(path))
+            if path.suffix == ".parquet"
+            else _sha(path.read_bytes())
+        )[:16]
         for path in files
     }
 

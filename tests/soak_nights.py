@@ -19,6 +19,7 @@ import shutil
 import signal
 import time
 import urllib.error
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -150,7 +151,10 @@ def _run_night(stack: SoakStack, night: Night, outage_s: float, timeout_s: float
     run's child flow runs (its training) have ended too and no process of any of them is left,
     so that nothing writes while the digests are taken."""
     api = stack.api
-    flow_run = api.post(f"/deployments/{stack.deployment}/create_flow_run", {})["id"]
+    # With a key of its own, so that a busy server's transient answer (a 503) is asked again
+    # rather than ending the soak: the server makes one run for one key.
+    create = {"idempotency_key": f"soak-night-{uuid.uuid4()}"}
+    flow_run = api.post(f"/deployments/{stack.deployment}/create_flow_run", create)["id"]
     running = _wait_for(lambda: _state(api, flow_run) not in ("SCHEDULED", "PENDING", None), 600)
     started = time.monotonic()
     if not running:
