@@ -93,8 +93,9 @@ cli-docs: $(STAMP)
 
 # The product benchmarks: what the pipeline costs and how fast it answers (docs/benchmarks.md).
 # Not here: the studies in bench/studies/ (each chose a setting, docs/evaluation.md), the soak
-# (10 nightly runs with a kill in each, about half an hour: a target of its own), suite_cpu.py
-# and half_speed.py (they run a whole `make test` or another command, by hand).
+# (10 nightly runs with a kill in each, about half an hour: a target of its own; `make test` runs
+# a short one, tests/e2e/test_soak.py), suite_cpu.py and half_speed.py (they run a whole
+# `make test` or another command, by hand).
 BENCHES := features_build predict_latency model_throughput checkpoint_upload weather_requests \
 	windows outlook gpu backtest train_stage_cost two_workers scorer_load
 
