@@ -2,11 +2,13 @@
 folds, each answering its test year as the registered model answers.
 
 Answer: the `cpu` profile as it ships: one training of 4 ensemble members, hidden size 32, 2
-layers, 6 epochs, the spec's linear numeric tokens, equal season weights, the calendar inputs.
-Chosen on the folds before every scored season (`--first 2012 --last 2013`, the members of
-2012-2013, the seasons the trees' settings were chosen on too): six epochs was the candidate
-furthest ahead of three on the member ranking beyond noise, its group error and calibration
-level within it. Written down in docs/evaluation.md, "How the `cpu` profile was chosen".
+layers, 3 epochs, the spec's linear numeric tokens, recency weights (half-life 5 years), the
+calendar inputs. Chosen on the folds before every scored season (`--first 2012 --last 2013`, the
+members of 2012-2013, the seasons the trees' settings were chosen on too): of the candidates that
+keep `make train` within its budget, recency weights was furthest ahead on the member ranking
+beyond noise, its group error and calibration level; six epochs and batch 256 were further
+ahead, at twice the training. Written down in docs/evaluation.md, "How the `cpu` profile was
+chosen".
 
 Candidate training profiles judged by the backtest, to choose the profile out of time instead
 of on one split.
