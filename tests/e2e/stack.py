@@ -113,6 +113,11 @@ class Stack:
     def up(self) -> None:
         """`deepsummit up`, then talk to the server with the secret it generated."""
         self.cli("up")
+        self.use_servers()
+
+    def use_servers(self) -> None:
+        """Talk to the Prefect server of these settings with the secret generated for it (by
+        `up`, or by whoever started it)."""
         self.env.update(services.prefect_env(self.settings))
         self.prefect = services.prefect_api(self.settings)
 
