@@ -212,6 +212,15 @@ def data_worker(
         yield worker
 
 
+def data_side_file(data_root: Path) -> Path:
+    """A file where the data side keeps its warehouse (under its var/): what a flow run on the
+    other side must not be able to read."""
+    path = data_root / "var" / "warehouse.duckdb"
+    path.parent.mkdir()
+    path.write_bytes(b"the data side's warehouse")
+    return path
+
+
 def copy_code(dest: Path) -> Path:
     """The checkout's code as a worker elsewhere would hold it (the working tree, so that a
     test runs the code it is testing)."""

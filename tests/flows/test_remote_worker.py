@@ -26,6 +26,7 @@ from remote_worker import (
     check_elsewhere,
     check_handed_over,
     create_pool,
+    data_side_file,
     data_worker,
     deploy_probes,
     remote_worker,
@@ -53,9 +54,7 @@ class TwoWorkers:
 def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwoWorkers]:
     data_root = tmp_path_factory.mktemp("data-side")
     remote_root = tmp_path_factory.mktemp("remote-side")
-    data_file = data_root / "var" / "warehouse.duckdb"
-    data_file.parent.mkdir()
-    data_file.write_bytes(b"the data side's warehouse")
+    data_file = data_side_file(data_root)
     with (
         migrated_prefect_harness(),
         get_client(sync_client=True) as client,

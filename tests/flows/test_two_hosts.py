@@ -43,6 +43,7 @@ from remote_worker import (
     can_isolate,
     check_elsewhere,
     check_handed_over,
+    data_side_file,
     deploy_probes,
     run_all,
 )
@@ -93,9 +94,7 @@ def two(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwoHosts]:
     """Steps 1 to 7 (tests/gpu_host.py), then step 8: the probes' deployments."""
     data_root = tmp_path_factory.mktemp("data-host")
     remote_root = tmp_path_factory.mktemp("training-host")
-    data_file = data_root / "var" / "warehouse.duckdb"
-    data_file.parent.mkdir()
-    data_file.write_bytes(b"the data side's warehouse")
+    data_file = data_side_file(data_root)
     with gpu_host_added(isolated_paths(data_root), remote_root) as added:
         data, remote = added.data, added.remote
         print(f"online after {data.started_s:.1f} s (data), {remote.started_s:.1f} s (training)")
