@@ -163,6 +163,15 @@ def test_a_full_queue_is_answered_503_at_once_and_the_asker_answers_itself(
             assert ask_scorer(settings, attempts(1)[0]) is None
         assert time.monotonic() - started < deadline_s / 2
         assert "answered 503 (the scorer is busy" in caplog.text
+
+        # A refused asker still writing its request after the 503 came is read to its end, not
+        # reset: its next write does not fail with a broken pipe, and it reads the 503.
+        with socket.create_connection(address) as late:
+            assert select.select([late], [], [], 5.0)[0]  # the 503 is there
+            late.sendall(b"POST /predict HTTP/1.1\r\nContent-Length: 2\r\n\r\n")
+            time.sleep(0.3)  # a reset for it, had the scorer closed, would be back by now
+            late.sendall(b"{}")
+            assert status_of(read_answer(late)) == 503
         held.close()
         waiting.close()
 

@@ -41,6 +41,7 @@ import io
 import json
 import logging
 import queue
+import selectors
 import socket
 import threading
 import time
@@ -85,6 +86,7 @@ class Scorer(HTTPServer):
         self.digest = settings_digest(settings)
         self.hosts = {f"{name}:{svc.scorer_port}" for name in (svc.host, "localhost", "127.0.0.1")}
         self.waiting: queue.Queue[tuple[socket.socket, Any]] = queue.Queue(svc.scorer_queue)
+        self.refused = _RefusedConnections()
         for number in range(svc.scorer_threads):
             threading.Thread(
                 target=self._answer_waiting, name=f"scorer-{number}", daemon=True
@@ -98,8 +100,7 @@ class Scorer(HTTPServer):
             log.warning(
                 "%s refused: %d connections wait already", client_address[0], self.waiting.qsize()
             )
-            _refuse_busy(request)
-            self.shutdown_request(request)
+            self.refused.refuse(request)
 
     def _answer_waiting(self) -> None:
         """A thread's loop: one connection after another, as socketserver answers one."""
@@ -222,15 +223,68 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
 
-def _refuse_busy(connection: socket.socket) -> None:
-    """503 on a connection no thread takes up, written without waiting (its few bytes go into
-    the socket's buffer at once) and nothing read: a full queue costs the listening thread
-    nothing, whatever the client does."""
-    try:
-        connection.setblocking(False)
-        connection.sendall(_BUSY)
-    except OSError:  # gone already, or not reading: the asker's own timeout answers it
-        pass
+class _RefusedConnections:
+    """Connections answered 503 at once, closed by a thread of their own once their asker has
+    sent what it was sending: a socket closed with bytes unread is reset, and an asker still
+    writing its request would see a broken pipe in place of the 503 it was sent. A connection
+    is closed at its asker's end of sending, after LINGER_S, or when MOST others linger: the
+    listening thread only writes the 503 and hands the connection over."""
+
+    LINGER_S = 2.0
+    MOST = 64
+
+    def __init__(self) -> None:
+        self._handed: queue.SimpleQueue[socket.socket] = queue.SimpleQueue()
+        self._selector = selectors.DefaultSelector()
+        self._deadlines: dict[socket.socket, float] = {}  # oldest first
+        threading.Thread(target=self._close_drained, name="scorer-refused", daemon=True).start()
+
+    def refuse(self, connection: socket.socket) -> None:
+        """The listening thread's part: write the 503 without waiting (its few bytes go into the
+        socket's buffer at once) and read nothing, so a full queue costs it nothing, whatever the
+        client does."""
+        try:
+            connection.setblocking(False)
+            connection.sendall(_BUSY)
+            connection.shutdown(socket.SHUT_WR)
+        except OSError:  # gone already, or not reading: the asker's own timeout answers it
+            connection.close()
+            return
+        self._handed.put(connection)
+
+    def _close_drained(self) -> None:
+        while True:
+            # Nothing lingering: wait for the next refusal rather than waking for nothing.
+            self._take(self._handed.get())
+            while self._deadlines:
+                while not self._handed.empty():
+                    self._take(self._handed.get())
+                for key, _ in self._selector.select(timeout=0.1):
+                    self._drain(key.fileobj)  # type: ignore[arg-type]
+                now = time.monotonic()
+                for connection, deadline in list(self._deadlines.items()):  # oldest first
+                    if deadline > now and len(self._deadlines) <= self.MOST:
+                        break
+                    self._close(connection)
+
+    def _take(self, connection: socket.socket) -> None:
+        self._selector.register(connection, selectors.EVENT_READ)
+        self._deadlines[connection] = time.monotonic() + self.LINGER_S
+
+    def _drain(self, connection: socket.socket) -> None:
+        try:
+            if connection.recv(65536):
+                return
+        except BlockingIOError:
+            return
+        except OSError:
+            pass
+        self._close(connection)  # the asker is done sending, or gone
+
+    def _close(self, connection: socket.socket) -> None:
+        self._selector.unregister(connection)
+        del self._deadlines[connection]
+        connection.close()
 
 
 _BUSY_BODY = json.dumps({"error": "the scorer is busy: every thread answers, the queue is full"})
