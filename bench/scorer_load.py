@@ -14,6 +14,7 @@ clients (every well-formed request answered, throughput at least 90% of the same
 waiting over 5 s).
 
     .venv/bin/python bench/scorer_load.py [--requests 256] [--pairs 2] [--workdir DIR]
+        [--processes 1 2]   (a table for each count of answering processes, one after the other)
 """
 
 from __future__ import annotations
@@ -144,30 +145,49 @@ def main() -> None:
         "--pairs", type=int, default=2, help="turns of the 32 askers alone and beside the others"
     )
     parser.add_argument("--workdir", type=Path, default=WORKDIR)
+    parser.add_argument(
+        "--processes",
+        type=int,
+        nargs="+",
+        default=[None],
+        help="the scorer's answering processes, a table for each (default: as configured)",
+    )
     args = parser.parse_args()
     settings = champion_settings(args.workdir)
+    for processes in args.processes:
+        measure(settings, args.workdir, processes, args.requests, args.pairs)
+
+
+def measure(
+    settings: Settings, workdir: Path, processes: int | None, requests: int, pairs: int
+) -> None:
+    """The table of a scorer answering in `processes` processes (None: as configured)."""
     overrides = {
-        "paths": {"warehouse": str(settings.paths.warehouse), "var_dir": str(args.workdir)},
+        "paths": {"warehouse": str(settings.paths.warehouse), "var_dir": str(workdir)},
         "mlflow": {
             "tracking_uri": settings.mlflow.tracking_uri,
-            "model_cache_dir": str(args.workdir / "model-cache"),
+            "model_cache_dir": str(workdir / "model-cache"),
         },
         "services": {
-            "run_dir": str(args.workdir / "services"),
+            "run_dir": str(workdir / "services"),
             "scorer": True,
             "scorer_port": free_port(),
         },
     }
+    if processes is not None:
+        overrides["services"]["scorer_processes"] = processes
     with running_scorer(overrides) as scorer:
         wait_champion_loaded(scorer)
         svc = scorer.services
         print(
             f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs; the scorer: "
-            f"{svc.scorer_threads} threads, a queue of {svc.scorer_queue}, read deadline "
+            f"{svc.answering_processes} processes of {svc.scorer_threads} threads, a queue of "
+            f"{svc.scorer_queue} each, read deadline "
             f"{svc.scorer_read_deadline_s:g} s, body at most {svc.scorer_max_body_bytes} bytes\n"
         )
-        for line in table(scorer, args.requests, args.pairs):
+        for line in table(scorer, requests, pairs):
             print(line, flush=True)
+    print()
 
 
 if __name__ == "__main__":

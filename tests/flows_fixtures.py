@@ -71,8 +71,13 @@ def isolated_paths(root: Path, *, prefect_sqlite: bool = True) -> dict[str, Any]
         # server about 25 ms of CPU: polling each second, an idle stack took 2.9 s of CPU a
         # minute (server and worker, from /proc over a minute), against 2.0 s every 2 s. Its
         # `up` starts no scorer (2 s of CPU each) unless it asks for one, as the end-to-end
-        # stack does.
-        "services": {"run_dir": str(root / "services"), "worker_query_s": 2.0, "scorer": False},
+        # stack does, and that one answers in one process (each loads the champion).
+        "services": {
+            "run_dir": str(root / "services"),
+            "worker_query_s": 2.0,
+            "scorer": False,
+            "scorer_processes": 1,
+        },
     }
     if prefect_sqlite:
         database = prefect_home(load_settings(overrides=overrides)) / "prefect.db"

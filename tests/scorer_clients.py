@@ -182,8 +182,17 @@ def hostile_clients(settings: Settings) -> Iterator[Hostile]:
             thread.join()
 
 
+def answering_pids(pid: int) -> list[int]:
+    """The scorer's answering processes: the children of its process `pid`."""
+    return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
 def resident_bytes(pid: int) -> int:
-    """The process's resident memory (VmRSS)."""
-    status = Path(f"/proc/{pid}/status").read_text()
-    [kib] = [line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:")]
-    return int(kib) * 1024
+    """The resident memory (VmRSS) of the scorer's process `pid` and its answering processes
+    (pages they share counted in each)."""
+    total = 0
+    for process in (pid, *answering_pids(pid)):
+        status = Path(f"/proc/{process}/status").read_text()
+        [kib] = [line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:")]
+        total += int(kib) * 1024
+    return total

@@ -212,9 +212,10 @@ def running_scorer(overrides: dict[str, Any]) -> Iterator[Settings]:
 
 
 def wait_champion_loaded(settings: Settings, line: str = "deepsummit v1 loaded") -> None:
-    """Until the scorer's log says its loading thread loaded the champion (`line`)."""
+    """Until the scorer's log says the loading thread of each of its answering processes
+    loaded the champion (`line`)."""
     scorer_log = services.log_file(settings, services.SCORER)
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    while line not in scorer_log.read_text():
+    while scorer_log.read_text().count(line) < settings.services.answering_processes:
         assert time.monotonic() < deadline, scorer_log.read_text()
         time.sleep(0.2)

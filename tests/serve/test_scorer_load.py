@@ -8,7 +8,9 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import logging
+import os
 import select
+import signal
 import socket
 import threading
 import time
@@ -21,6 +23,7 @@ from flows_fixtures import isolated_paths
 from scorer_clients import (
     ANNOUNCED,
     Answer,
+    answering_pids,
     ask_together,
     attempts,
     healthy,
@@ -44,6 +47,7 @@ pytestmark = pytest.mark.long
 ASKERS = 32
 ROUNDS = 3  # requests each asker sends, one after the other
 DEADLINE_S = 2.0  # the test scorer's read deadline: short, for the slow client's sake
+ANSWERING_PROCESSES = 2  # the product's default on a machine of two cores
 
 
 def overrides_for(
@@ -67,8 +71,9 @@ def scorer(
 ) -> Iterator[Settings]:
     root = tmp_path_factory.mktemp("scorer")
     overrides = overrides_for(
-        trained_registry, bundle_features, root, scorer_read_deadline_s=DEADLINE_S
-    )
+        trained_registry, bundle_features, root,
+        scorer_read_deadline_s=DEADLINE_S, scorer_processes=ANSWERING_PROCESSES,
+    )  # fmt: skip
     with running_scorer(overrides) as settings:
         wait_champion_loaded(settings)
         yield settings
@@ -174,6 +179,53 @@ def test_a_full_queue_is_answered_503_at_once_and_the_asker_answers_itself(
             assert status_of(read_answer(late)) == 503
         held.close()
         waiting.close()
+
+
+def test_an_answering_process_killed_is_replaced_and_none_outlives_the_scorer(
+    scorer: Settings, expected: list[bytes]
+) -> None:
+    """Both answering processes take requests; one killed, the other answers while another
+    takes its place; the scorer's process killed, the kernel ends both with it. Last of the
+    tests of the module's scorer, which it ends."""
+    pid = services.recorded_pid(scorer, services.SCORER)
+    assert pid is not None
+    before = {child: cpu_s(child) for child in answering_pids(pid)}
+    assert len(before) == ANSWERING_PROCESSES
+    answers, _ = ask_together(scorer, attempts(ASKERS), ROUNDS)
+    assert answered_alike(answers, expected)
+    worked = {child: cpu_s(child) - cpu for child, cpu in before.items()}
+    assert min(worked.values()) > 0.2 * sum(worked.values()), worked  # about half each
+
+    killed = min(before)
+    os.kill(killed, signal.SIGKILL)
+    assert healthy(scorer)  # the other answers meanwhile
+    deadline = time.monotonic() + 30
+    while (now := set(answering_pids(pid))) == set(before) - {killed} or killed in now:
+        assert time.monotonic() < deadline, now
+        time.sleep(0.1)
+    assert len(now) == ANSWERING_PROCESSES
+    answers, _ = ask_together(scorer, attempts(ASKERS), 1)
+    assert answered_alike(answers, expected)
+
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while alive := [child for child in now if running(child)]:
+        assert time.monotonic() < deadline, alive
+        time.sleep(0.1)
+
+
+def cpu_s(pid: int) -> float:
+    """The CPU seconds (user and system) process `pid` has used."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def running(pid: int) -> bool:
+    """Not gone, and not a zombie waiting for its parent."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 def test_threads_loading_the_champion_at_once_load_it_once(

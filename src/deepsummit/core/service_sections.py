@@ -4,6 +4,7 @@ the worker, the scorer and their database, and the alerts the Prefect server sen
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -38,6 +39,9 @@ class ServicesConfig(Section):
     # The scorer answers on this many threads (a request is milliseconds of one core; the
     # threads are there so that a client slow to send holds one of them, not every request).
     scorer_threads: int = Field(8, ge=1, le=256)
+    # ... in this many processes, each with its threads (they share one interpreter, so the
+    # threads of one process get about one core): None, one for each core this process may use.
+    scorer_processes: int | None = Field(None, ge=1, le=256)
     # Connections accepted and waiting for a thread: one more is answered 503 at once (the
     # asker answers itself) rather than left to wait behind a backlog.
     scorer_queue: int = Field(64, ge=1, le=4096)
@@ -47,6 +51,11 @@ class ServicesConfig(Section):
     # A request's body: a planned attempt is a few hundred bytes; a longer one is answered 413
     # without being read.
     scorer_max_body_bytes: int = Field(65_536, ge=1024)
+
+    @property
+    def answering_processes(self) -> int:
+        """How many processes the scorer answers in (`scorer_processes`, else the cores)."""
+        return self.scorer_processes or len(os.sched_getaffinity(0))
 
     @property
     def prefect_api_url(self) -> str:

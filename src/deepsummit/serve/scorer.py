@@ -22,12 +22,13 @@ most of its time.
                    503 {"error"}: every thread busy and the queue full, answered at once
     (the asker answers itself on every status but 200 and 422)
 
-Requests are answered concurrently, by `services.scorer_threads` threads taking up the
-connections the listening thread accepts; at most `services.scorer_queue` of them wait for a
-thread. A thread gives a client `services.scorer_read_deadline_s` in all to send its request,
-headers and body: a client that sends slowly, or stops, holds one thread that long, never the
-others, and a body is read only up to `services.scorer_max_body_bytes`. The process runs one
-PyTorch thread: the requests' threads are its parallelism.
+Requests are answered concurrently, in `services.scorer_processes` processes (one per core by
+default) that accept from one listening socket, each by `services.scorer_threads` threads taking
+up the connections its listening thread accepts; at most `services.scorer_queue` of them wait
+for a thread of that process. A thread gives a client `services.scorer_read_deadline_s` in all
+to send its request, headers and body: a client that sends slowly, or stops, holds one thread
+that long, never the others, and a body is read only up to `services.scorer_max_body_bytes`.
+Each process runs one PyTorch thread: the requests' threads are its parallelism.
 
 It listens on the local host only and answers reads only; yet a browser reaches 127.0.0.1 too,
 so a request must name the scorer's own address as its Host (no DNS rebinding), and a POST must
@@ -37,11 +38,14 @@ be JSON, which a web page cannot send without a CORS preflight that is never all
 from __future__ import annotations
 
 import argparse
+import ctypes
 import io
 import json
 import logging
+import os
 import queue
 import selectors
+import signal
 import socket
 import threading
 import time
@@ -69,6 +73,8 @@ log = logging.getLogger(__name__)
 # starts the scorer before the registry, and the first training registers one.
 LOAD_EVERY_S = 30.0
 RETRY_S = 5.0
+RESTART_AFTER_S = 1.0  # before an ended answering process is replaced: no fork loop
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 class Scorer(HTTPServer):
@@ -86,11 +92,18 @@ class Scorer(HTTPServer):
         self.digest = settings_digest(settings)
         self.hosts = {f"{name}:{svc.scorer_port}" for name in (svc.host, "localhost", "127.0.0.1")}
         self.waiting: queue.Queue[tuple[socket.socket, Any]] = queue.Queue(svc.scorer_queue)
+
+    def answer(self) -> None:
+        """Answer on the listening socket for good: the threads, the champion's loading thread
+        and this one accepting. Started in an answering process (`serve`), after its fork: a
+        forked process has only the thread that forked."""
         self.refused = _RefusedConnections()
-        for number in range(svc.scorer_threads):
+        for number in range(self.settings.services.scorer_threads):
             threading.Thread(
                 target=self._answer_waiting, name=f"scorer-{number}", daemon=True
             ).start()
+        threading.Thread(target=keep_champion_loaded, args=(self.settings,), daemon=True).start()
+        self.serve_forever()
 
     def process_request(self, request: socket.socket, client_address: Any) -> None:
         """The listening thread's part: queue the connection for a thread, or refuse it."""
@@ -311,21 +324,54 @@ def keep_champion_loaded(settings: Settings, every_s: float = LOAD_EVERY_S) -> N
         time.sleep(wait_s)
 
 
+def serve(settings: Settings) -> None:
+    """Listen, then answer in `services.scorer_processes` processes forked from this one, each
+    accepting from the one listening socket (an idle process takes the next connection), and
+    start another in place of one that ends. The threads of one process share one interpreter,
+    so they get little more than one core between them; the processes are what uses the others.
+    PyTorch and the scoring code are imported here once, before the forks; each process loads
+    the champion itself. This process only watches: it forks with no other thread running."""
+    scorer = Scorer(settings)
+    processes = settings.services.answering_processes
+    log.info("answering on %s in %d processes", settings.services.scorer_url, processes)
+    answering: set[int] = set()
+    while True:
+        while len(answering) < processes:
+            pid = os.fork()
+            if pid == 0:
+                _end_with_parent()
+                scorer.answer()  # never returns
+            answering.add(pid)
+        pid, status = os.wait()
+        answering.discard(pid)
+        log.warning("answering process %d ended (wait status %d); starting another", pid, status)
+        time.sleep(RESTART_AFTER_S)
+
+
+def _end_with_parent() -> None:
+    """The kernel sends this process SIGKILL when the process that forked it ends, however it
+    ends: no answering process outlives its scorer."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG)")
+    if os.getppid() == 1:  # the parent ended before the call
+        os._exit(1)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="The scorer: answers `deepsummit predict`.")
     parser.add_argument("--profile", help="the settings' profile (default: as load_settings)")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    settings = load_settings(args.profile)
-    # One PyTorch thread for the whole process: the requests' threads are the parallelism, and
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(process)d %(levelname)s %(message)s"
+    )
+    # One PyTorch thread for each process: the requests' threads are the parallelism, and
     # intra-op threads beside them would only contend for the same cores (a forward pass of a
     # few rows gains nothing from a second: FORWARD_THREADS). Set for every thread at once, so
     # that `predict_attempt`'s own setting of it finds it already there and restores nothing
     # under a concurrent request.
     torch.set_num_threads(FORWARD_THREADS)
-    scorer = Scorer(settings)
-    threading.Thread(target=keep_champion_loaded, args=(settings,), daemon=True).start()
-    scorer.serve_forever()
+    serve(load_settings(args.profile))
 
 
 if __name__ == "__main__":
