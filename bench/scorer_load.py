@@ -9,9 +9,9 @@ it, with the configured `services.scorer_*` settings, on a free port; each asker
 attempt of its own, --requests requests in all at each level, one after the other per asker;
 the 32 askers alone and beside the hostile clients take turns, --pairs times. Prints one table:
 requests a second, p50, p99 and the longest wait, every status not 200, and the scorer's
-resident memory after each level; then the issue's target for the 32 askers beside the hostile
-clients (every well-formed request answered, throughput at least 90% of the same 32 alone, none
-waiting over 5 s).
+resident memory (its processes' PSS summed) after each level; then the issue's target for the
+32 askers beside the hostile clients (every well-formed request answered, throughput at least
+90% of the same 32 alone, none waiting over 5 s).
 
     .venv/bin/python bench/scorer_load.py [--requests 256] [--pairs 2] [--workdir DIR]
         [--processes 1 2]   (a table for each count of answering processes, one after the other)
@@ -115,7 +115,7 @@ def table(settings: Settings, requests: int, pairs: int) -> Iterator[str]:
     the hostile clients take turns, `pairs` times, so that a machine slowing down slows both."""
     pid = services.recorded_pid(settings, services.SCORER)
     assert pid is not None
-    yield "| askers | requests | per s | p50 s | p99 s | longest s | not 200 | scorer RSS MiB |"
+    yield "| askers | requests | per s | p50 s | p99 s | longest s | not 200 | scorer PSS MiB |"
     yield "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: |"
     for askers in LEVELS[:-1]:
         level = Level()

@@ -188,11 +188,11 @@ def answering_pids(pid: int) -> list[int]:
 
 
 def resident_bytes(pid: int) -> int:
-    """The resident memory (VmRSS) of the scorer's process `pid` and its answering processes
-    (pages they share counted in each)."""
+    """The resident memory of the scorer's process `pid` and its answering processes, a page
+    they share split between them (the sum of their PSS): what the scorer costs the machine."""
     total = 0
     for process in (pid, *answering_pids(pid)):
-        status = Path(f"/proc/{process}/status").read_text()
-        [kib] = [line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:")]
+        rollup = Path(f"/proc/{process}/smaps_rollup").read_text()
+        [kib] = [line.split()[1] for line in rollup.splitlines() if line.startswith("Pss:")]
         total += int(kib) * 1024
     return total
