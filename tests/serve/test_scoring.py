@@ -5,9 +5,7 @@ gives the training path's probability for the same attempts; a bad row gets its 
 from __future__ import annotations
 
 import dataclasses
-from concurrent.futures import ThreadPoolExecutor
 
-import duckdb
 import numpy as np
 import pandas as pd
 import polars as pl
@@ -32,12 +30,7 @@ from deepsummit.model.config import ModelConfig
 from deepsummit.model.transformer import DeepSummitTransformer
 from deepsummit.serve.inference import predict_logits
 from deepsummit.serve.planned import parse_planned
-from deepsummit.serve.scoring import (
-    WEATHER_ABSENT_NOTE,
-    history_connection,
-    planned_features,
-    score,
-)
+from deepsummit.serve.scoring import WEATHER_ABSENT_NOTE, planned_features, score
 from deepsummit.train.blending import refit_trees
 
 pytest_plugins = ["features_fixtures"]
@@ -158,24 +151,3 @@ def test_a_blend_mixes_the_transformers_answer_and_band_with_its_trees(served) -
     for part in ("probability", "low", "high"):
         expected = mix(getattr(alone, part), tree, 0.7)
         np.testing.assert_allclose(getattr(mixed, part), expected, rtol=0, atol=1e-12)
-
-
-def test_a_thread_keeps_the_history_database_of_its_artifact_and_a_new_one_gets_its_own(
-    served,
-) -> None:
-    """Scoring's in-memory database of the frozen history is made once per thread and
-    artifact: kept for the next call, made anew (the old one closed) for another artifact (a
-    new champion), never shared with another thread."""
-    artifact = served[0]
-    kept = history_connection(artifact)
-    assert history_connection(artifact) is kept
-    emptied = {name: frame.head(0) for name, frame in artifact.history.items()}
-    other = dataclasses.replace(artifact, history=emptied)
-    fresh = history_connection(other)
-    assert fresh is not kept
-    with pytest.raises(duckdb.ConnectionException):
-        kept.execute("SELECT 1")
-    for name in emptied:
-        assert fresh.execute(f'SELECT count(*) FROM "{name}"').fetchall() == [(0,)]
-    with ThreadPoolExecutor(1) as pool:
-        assert pool.submit(history_connection, other).result() is not fresh

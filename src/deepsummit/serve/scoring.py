@@ -12,7 +12,6 @@ one into a probability, whose lowest and highest are the band. A version that se
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -25,7 +24,6 @@ import torch
 from deepsummit.contracts.artifact import ModelArtifact
 from deepsummit.contracts.blend import mix
 from deepsummit.core.inputs import WEATHER_VARIABLES, WINDOW_DAYS, WINDOW_SCALES
-from deepsummit.core.warehouse import registered
 from deepsummit.features.tabular import attempt_features, register_history
 from deepsummit.features.windows import compute_windows
 from deepsummit.model.transformer import DeepSummitTransformer
@@ -138,31 +136,14 @@ def planned_features(
     attempts = _known_peaks(artifact, planned.attempts, errors)
     if not attempts.height:
         return pl.DataFrame(), pl.DataFrame()
-    con = history_connection(artifact)
-    prior = float(artifact.preprocessor.extra.get("success_rate_prior_strength", 0.0))
-    # Each request row has its own window, named by the row's position.
-    row_of = attempts.select("member_id", window_id=pl.col("row").cast(pl.String))
-    features = attempt_features(con, attempts, prior).join(row_of, on="member_id")
-    windows = _windows(con, attempts, planned.weather)
-    return _complete_windows(artifact, features, windows, errors)
-
-
-_held = threading.local()
-
-
-def history_connection(artifact: ModelArtifact) -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB database holding `artifact`'s history tables, one for each thread
-    and kept for its next call with the same artifact: making a database costs about 20 ms, a
-    tenth of a scorer's request, while registering the frames costs nothing (they are read in
-    place). Another artifact (a new champion) gets a new one."""
-    held = getattr(_held, "connection", None)
-    if held is None or held[0] is not artifact:
-        if held is not None:
-            held[1].close()
-        con = duckdb.connect()
+    with duckdb.connect() as con:
         register_history(con, artifact.history)
-        _held.connection = held = (artifact, con)
-    return held[1]
+        prior = float(artifact.preprocessor.extra.get("success_rate_prior_strength", 0.0))
+        # Each request row has its own window, named by the row's position.
+        row_of = attempts.select("member_id", window_id=pl.col("row").cast(pl.String))
+        features = attempt_features(con, attempts, prior).join(row_of, on="member_id")
+        windows = _windows(con, attempts, planned.weather)
+    return _complete_windows(artifact, features, windows, errors)
 
 
 def score(
@@ -273,11 +254,11 @@ def _windows(
         pl.lit(REQUEST_SOURCE).alias("source"),
         *WEATHER_VARIABLES,
     )
+    con.register("weather_daily", daily)
     targets = attempts.select(
         pl.col("row").cast(pl.String).alias("peakid"), pl.col("smtdate").alias("date")
     )
-    with registered(con, weather_daily=daily):
-        return compute_windows(con, targets, REQUEST_SOURCE)
+    return compute_windows(con, targets, REQUEST_SOURCE)
 
 
 def _complete_windows(
