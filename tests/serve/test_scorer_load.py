@@ -191,7 +191,7 @@ def test_an_answering_process_killed_is_replaced_and_none_outlives_the_scorer(
     assert pid is not None
     before = {child: cpu_s(child) for child in answering_pids(pid)}
     assert len(before) == ANSWERING_PROCESSES
-    answers, _ = ask_together(scorer, attempts(ASKERS), ROUNDS)
+    answers, _ = ask_together(scorer, attempts(ASKERS), 1)
     assert answered_alike(answers, expected)
     worked = {child: cpu_s(child) - cpu for child, cpu in before.items()}
     assert min(worked.values()) > 0.2 * sum(worked.values()), worked  # about half each
@@ -204,8 +204,8 @@ def test_an_answering_process_killed_is_replaced_and_none_outlives_the_scorer(
         assert time.monotonic() < deadline, now
         time.sleep(0.1)
     assert len(now) == ANSWERING_PROCESSES
-    answers, _ = ask_together(scorer, attempts(ASKERS), 1)
-    assert answered_alike(answers, expected)
+    answers, _ = ask_together(scorer, attempts(8), 1)
+    assert answered_alike(answers, expected[:8])
 
     os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + 10
