@@ -40,6 +40,14 @@ from deepsummit.services import supervisor as services
 FIRST_PORT, BAND, BANDS = 20000, 1500, 8
 
 
+def exited(pid: int) -> bool:
+    """Process `pid` has exited: no such process, or a zombie its parent has not collected."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
 def _ports() -> Iterator[int]:
     worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")) % BANDS
     low = FIRST_PORT + worker * BAND

@@ -27,6 +27,7 @@ from e2e.ui_checks import (
 )
 from mlflow import MlflowClient
 from openmeteo_server import OpenMeteoServer
+from services_fixtures import exited
 
 from deepsummit.cli.exit_codes import ExitCode
 from deepsummit.core.config import load_settings
@@ -48,15 +49,6 @@ from deepsummit.services.local import prefect_ui_url
 pytestmark = [pytest.mark.e2e, pytest.mark.long, pytest.mark.timeout(900)]
 
 
-def _gone(pid: int) -> bool:
-    """Exited: no such process, or a zombie (its parent, `deepsummit up`, exited long ago)."""
-    stat = Path(f"/proc/{pid}/stat")
-    try:
-        return stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
-
-
 def _session_processes(root: Path) -> list[int]:
     """PIDs of processes whose environment points at this session's folder."""
     marker = str(root).encode()
@@ -65,7 +57,7 @@ def _session_processes(root: Path) -> list[int]:
         if not proc.name.isdigit() or int(proc.name) == os.getpid():
             continue
         try:
-            if marker in (proc / "environ").read_bytes() and not _gone(int(proc.name)):
+            if marker in (proc / "environ").read_bytes() and not exited(int(proc.name)):
                 found.append(int(proc.name))
         except OSError:
             continue
@@ -440,5 +432,5 @@ def test_down_leaves_no_process_behind(stack: Stack, first_run: str) -> None:
     assert output.count(": stopped") == 4, output
     time.sleep(1)
     assert not _session_processes(stack.root)
-    assert all(_gone(pid) for pid in pids)
+    assert all(exited(pid) for pid in pids)
     assert "stopped" in stack.cli("status", exit_code=3)  # a health check: services down

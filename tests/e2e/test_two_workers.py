@@ -26,7 +26,7 @@ from mlflow import MlflowClient
 from prefect.client.orchestration import get_client
 from prefect.settings import temporary_settings
 from remote_worker import Worker, can_isolate, create_pool, remote_worker
-from services_fixtures import free_port
+from services_fixtures import exited, free_port
 
 from deepsummit.contracts.champion import champion_version
 from deepsummit.core.sections import MlflowConfig
@@ -303,9 +303,5 @@ def test_down_stops_postgresql_after_the_servers(two_workers: TwoWorkers) -> Non
     pid = int(json.loads((stack.settings.services.run_dir / "postgres.pid").read_text())["pid"])
     lines = stack.cli("down").splitlines()
     assert lines[-1].startswith("postgres: ")  # after the servers it serves
-    assert not Path(f"/proc/{pid}").exists() or _zombie(pid)
+    assert exited(pid)
     assert not postgres.healthy(stack.settings)
-
-
-def _zombie(pid: int) -> bool:
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"

@@ -32,7 +32,7 @@ from scorer_clients import (
     resident_bytes,
     status_of,
 )
-from services_fixtures import free_port, running_scorer, wait_champion_loaded
+from services_fixtures import exited, free_port, running_scorer, wait_champion_loaded
 from training_fixtures import TrainedRegistry
 
 from deepsummit.contracts.champion import champion_version
@@ -209,7 +209,7 @@ def test_an_answering_process_killed_is_replaced_and_none_outlives_the_scorer(
 
     os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + 10
-    while alive := [child for child in now if running(child)]:
+    while alive := [child for child in now if not exited(child)]:
         assert time.monotonic() < deadline, alive
         time.sleep(0.1)
 
@@ -218,14 +218,6 @@ def cpu_s(pid: int) -> float:
     """The CPU seconds (user and system) process `pid` has used."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def running(pid: int) -> bool:
-    """Not gone, and not a zombie waiting for its parent."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def test_threads_loading_the_champion_at_once_load_it_once(

@@ -24,7 +24,7 @@ from email.message import Message
 from pathlib import Path
 
 import pytest
-from services_fixtures import RunningServices, deepsummit, free_port
+from services_fixtures import RunningServices, deepsummit, exited, free_port
 
 from deepsummit.core.config import Settings, load_settings
 from deepsummit.services import local, processes
@@ -84,11 +84,6 @@ def test_the_default_ports_are_taken_while_these_tests_run() -> None:
     assert all(services.port_in_use("127.0.0.1", port) for port in DEFAULT_PORTS)
 
 
-def _gone(pid: int) -> bool:
-    stat = Path(f"/proc/{pid}/stat")
-    return not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"
-
-
 def _wait_until(condition: Callable[[], object], what: str, timeout_s: float = 60) -> None:
     """Poll `condition` until it holds; fail naming `what` after `timeout_s` (a busy machine
     takes seconds, not milliseconds, to start a Python child)."""
@@ -107,11 +102,11 @@ def _wait_for(path: Path) -> list[int]:
 def _wait_exited(pid: int) -> None:
     """Until our child `pid` has exited (and is reaped)."""
 
-    def exited() -> bool:
+    def reaped() -> bool:
         processes.reap(pid)
-        return _gone(pid)
+        return exited(pid)
 
-    _wait_until(exited, f"pid {pid} exited")
+    _wait_until(reaped, f"pid {pid} exited")
 
 
 def test_stop_escalates_to_sigkill_and_takes_every_descendant(settings: Settings, tmp_path):
@@ -127,7 +122,7 @@ def test_stop_escalates_to_sigkill_and_takes_every_descendant(settings: Settings
     started = time.monotonic()
     assert services.stop_process(settings, services.WORKER, grace_s=1.0) == processes.STOPPED
     assert time.monotonic() - started < 8
-    assert _gone(pid) and _gone(in_group) and _gone(own_session)
+    assert exited(pid) and exited(in_group) and exited(own_session)
     assert services.recorded_pid(settings, services.WORKER) is None
     assert services.stop_process(settings, services.WORKER) == processes.NOT_RUNNING  # nothing left
 
@@ -167,7 +162,7 @@ def test_a_server_whose_main_process_was_killed_is_reported_stopped_and_restarta
         f"{services.MLFLOW_SERVER}: stopped what its dead main process left running "
         f"(pid {worker})" in lines
     )
-    assert _gone(worker) and not services.port_in_use("127.0.0.1", port)
+    assert exited(worker) and not services.port_in_use("127.0.0.1", port)
     assert services.down(settings)[0].endswith(processes.NOT_RUNNING)
 
 
@@ -187,7 +182,7 @@ def test_up_clears_what_a_dead_main_process_left_before_it_checks_the_ports(
         stranger.listen()
         with pytest.raises(services.ServiceError, match="is taken by a process"):
             services.up(settings, timeout_s=5)
-    assert _gone(worker)
+    assert exited(worker)
     assert services.leftovers(settings, services.MLFLOW_SERVER) == []
 
 
