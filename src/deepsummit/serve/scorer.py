@@ -75,6 +75,7 @@ LOAD_EVERY_S = 30.0
 RETRY_S = 5.0
 RESTART_AFTER_S = 1.0  # before an ended answering process is replaced: no fork loop
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
+BUSY_YIELD_S = 0.02  # how long a process with every thread busy leaves a connection to others
 
 
 class Scorer(HTTPServer):
@@ -92,6 +93,11 @@ class Scorer(HTTPServer):
         self.digest = settings_digest(settings)
         self.hosts = {f"{name}:{svc.scorer_port}" for name in (svc.host, "localhost", "127.0.0.1")}
         self.waiting: queue.Queue[tuple[socket.socket, Any]] = queue.Queue(svc.scorer_queue)
+        self.idle_threads = 0  # of this process, waiting for a connection
+        self._idle_lock = threading.Lock()
+        # Every process's listening thread wakes for a new connection; those that lose the
+        # race to accept it get BlockingIOError, which socketserver skips.
+        self.socket.setblocking(False)
 
     def answer(self) -> None:
         """Answer on the listening socket for good: the threads, the champion's loading thread
@@ -104,6 +110,14 @@ class Scorer(HTTPServer):
             ).start()
         threading.Thread(target=keep_champion_loaded, args=(self.settings,), daemon=True).start()
         self.serve_forever()
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        """Accept a connection; with every thread of this process busy and other processes
+        answering, only after BUSY_YIELD_S, so that an idle one takes it first: a process that
+        accepted a burst whole would queue it behind its own threads while the others' idled."""
+        if not self.idle_threads and self.settings.services.answering_processes > 1:
+            time.sleep(BUSY_YIELD_S)
+        return super().get_request()
 
     def process_request(self, request: socket.socket, client_address: Any) -> None:
         """The listening thread's part: queue the connection for a thread, or refuse it."""
@@ -118,7 +132,11 @@ class Scorer(HTTPServer):
     def _answer_waiting(self) -> None:
         """A thread's loop: one connection after another, as socketserver answers one."""
         while True:
+            with self._idle_lock:
+                self.idle_threads += 1
             request, client_address = self.waiting.get()
+            with self._idle_lock:
+                self.idle_threads -= 1
             try:
                 self.finish_request(request, client_address)
             except Exception:
