@@ -23,7 +23,7 @@ variable of the worker's own environment, `{{ $DEEPSUMMIT_PROJECT_DIR }}` (WORKE
 the flow-run process fills it in. `prefect deploy` fills the same placeholder in from the
 deployer's environment where the deployer has it (as `deepsummit up` does), so a deployment of
 prefect.yaml for a remote pool takes a module entrypoint and pulls nothing instead
-(tests/flows/test_remote_worker.py shows both).
+(tests/flows/test_two_hosts.py shows both).
 
 The probe flows `where_am_i` and `hand_over` are deployed by entrypoint
 `tests/remote_worker.py:...`, so this module is loaded by the flow runs on either worker.
@@ -197,11 +197,11 @@ def data_worker(
     overrides: dict[str, Any],
     hidden: list[Path],
     log: Path,
-    network: Network | None = None,
+    network: Network,
 ) -> Iterator[Worker]:
     """The checkout's worker of `pool`: in the checkout, with this interpreter and the settings
-    `overrides`, its output in `log`; `hidden` folders are empty to it. In `network` when given
-    (tests/two_hosts.py), else in the machine's."""
+    `overrides`, its output in `log`, in the data host's `network` (tests/two_hosts.py);
+    `hidden` folders are empty to it."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "DEEPSUMMIT_"))}
     env |= _prefect_client_env(prefect) | as_environment(overrides)
     env[PROJECT_DIR_VARIABLE] = str(PROJECT_ROOT)

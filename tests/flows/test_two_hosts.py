@@ -9,18 +9,23 @@ only the Host name DATA_HOST) on its own address, and the data worker. The train
 that address by name only (a hosts file bound over its /etc/hosts) and its worker holds what a
 real one holds: the two servers' URLs, the two logins and its own copy of the package, from its
 environment; nothing of the data host's folders, no loopback shortcut. The chain's hand-over
-(tests/flows/test_remote_worker.py's) runs across, with the same assertions, and MLflow refuses
-a foreign Host header or a request without the login.
+runs across, and MLflow refuses a foreign Host header or a request without the login. And what a
+deployment on the GPU host's pool needs from prefect.yaml: a module entrypoint that pulls
+nothing.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 from flows_fixtures import isolated_paths
 from gpu_host import (
     DATA_POOL,
@@ -38,6 +43,7 @@ from gpu_host import (
 from prefect.client.orchestration import SyncPrefectClient
 from remote_worker import (
     CHECKOUT_STEP,
+    QUIET,
     WORKER_CODE_STEP,
     Worker,
     can_isolate,
@@ -59,7 +65,7 @@ from two_hosts import (
 )
 
 from deepsummit.core.config import Settings
-from deepsummit.core.sections import PROJECT_ROOT
+from deepsummit.core.sections import PROJECT_DIR_VARIABLE, PROJECT_ROOT
 from deepsummit.services import health
 from deepsummit.services import supervisor as services
 
@@ -134,6 +140,7 @@ def test_the_chain_hands_over_to_the_training_host_by_name_alone(two: TwoHosts) 
 
     here = parent["here"]
     assert here["hostname"] == two.data.hostname and set(here["reads"].values()) == {"read"}
+    assert here["cwd"] == str(PROJECT_ROOT)  # the data host's worker runs the checkout
     facts = check_handed_over(two.client, parent, two.remote)
     check_elsewhere(facts, two.remote, paths)
     # It reached MLflow by name with the login of its environment; nothing of the data host
@@ -157,6 +164,59 @@ def test_the_chain_hands_over_to_the_training_host_by_name_alone(two: TwoHosts) 
     told = " ".join(environment.values())
     assert str(two.data_root) not in told and str(PROJECT_ROOT) not in told
     assert DATA_ADDRESS not in told and "127.0.0.1" not in told
+
+
+ON_GPU_POOL = {"work_pool": {"name": GPU_POOL, "work_queue_name": "default"}}
+# A project file like prefect.yaml: the pull step names the project folder, and `file`, like
+# each deployment that runs a file of the project, inherits it; `module` imports the flow from
+# the package the worker's Python has, and pulls nothing.
+PROBE_PROJECT = {
+    "name": "remote-probe",
+    "pull": [WORKER_CODE_STEP],
+    "deployments": [
+        {"name": "file", "entrypoint": "tests/remote_worker.py:where_am_i", **ON_GPU_POOL},
+        {"name": "module", "entrypoint": "remote_worker.where_am_i", "pull": [], **ON_GPU_POOL},
+    ],
+}
+
+
+def test_prefect_deploy_pins_a_file_entrypoint_to_the_deployers_folder_not_a_module_one(
+    two: TwoHosts, tmp_path: Path
+) -> None:
+    """What a deployment on the GPU host's pool needs from prefect.yaml: `prefect deploy`, run
+    on the data host as `deepsummit up` runs it (DEEPSUMMIT_PROJECT_DIR = the checkout), fills
+    the pull step's placeholder in with the deployer's folder, which the GPU host does not have;
+    a module entrypoint that pulls nothing runs the GPU host's own code."""
+    project = tmp_path / "prefect.yaml"
+    project.write_text(yaml.safe_dump(PROBE_PROJECT))
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "DEEPSUMMIT_"))}
+    login = {
+        k: v for k, v in services.prefect_env(two.settings).items() if k.startswith("PREFECT_API")
+    }
+    deployer = {**clean, **QUIET, **login, PROJECT_DIR_VARIABLE: str(PROJECT_ROOT)}
+    deploy = ["prefect", "--no-prompt", "deploy", "--prefect-file", str(project), "--all"]
+    deployed = subprocess.run(  # from this thread: in the data host's network
+        [sys.executable, "-m", *deploy],
+        cwd=PROJECT_ROOT,
+        env=deployer,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert deployed.returncode == 0, deployed.stdout + deployed.stderr
+
+    (step,) = two.client.read_deployment_by_name("where-am-i/file").pull_steps
+    assert step == {
+        "prefect.deployments.steps.set_working_directory": {"directory": str(PROJECT_ROOT)}
+    }
+    assert two.client.read_deployment_by_name("where-am-i/module").pull_steps == []
+    (module,) = run_all(two.client, ("where-am-i/module", {"paths": []}))
+    code = two.remote.root / "code"
+    assert module["hostname"] == two.remote.hostname
+    # It runs in a temporary folder of the worker, its package and settings from the worker's
+    # own code (DEEPSUMMIT_PROJECT_DIR of the worker's environment).
+    assert Path(module["cwd"]).is_relative_to(two.remote.root / "tmp")
+    assert Path(module["package"]).is_relative_to(code) and module["project_root"] == str(code)
 
 
 def test_the_hosts_are_gone_after_a_failure(tmp_path: Path) -> None:

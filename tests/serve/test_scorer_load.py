@@ -48,6 +48,7 @@ ASKERS = 32
 ROUNDS = 3  # requests each asker sends, one after the other
 DEADLINE_S = 2.0  # the test scorer's read deadline: short, for the slow client's sake
 ANSWERING_PROCESSES = 2  # the product's default on a machine of two cores
+IDLE_CPU_S = 0.05  # more than an answering process without a request uses in a burst's time
 
 
 def overrides_for(
@@ -193,8 +194,12 @@ def test_an_answering_process_killed_is_replaced_and_none_outlives_the_scorer(
     assert len(before) == ANSWERING_PROCESSES
     answers, _ = ask_together(scorer, attempts(ASKERS), 1)
     assert answered_alike(answers, expected)
+    # Each answered some: a request costs about 0.2 s of CPU, an idle process next to none.
+    # Not "about half each": where the machine's cores are taken (by the other test worker),
+    # a process that wakes late leaves the burst to the other (bench/scorer_load.py measures
+    # what the second process adds on a quiet machine).
     worked = {child: cpu_s(child) - cpu for child, cpu in before.items()}
-    assert min(worked.values()) > 0.2 * sum(worked.values()), worked  # about half each
+    assert min(worked.values()) > IDLE_CPU_S, worked
 
     killed = min(before)
     os.kill(killed, signal.SIGKILL)
