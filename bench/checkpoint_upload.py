@@ -29,7 +29,6 @@ from deepsummit.contracts.arrays import FeatureArrays
 from deepsummit.core.config import Settings, load_settings
 from deepsummit.core.inputs import SPEC_INPUT_SET, WEATHER_CHANNELS, WEATHER_TOKENS
 from deepsummit.model.summary import count_parameters
-from deepsummit.services import health
 from deepsummit.services import supervisor as services
 from deepsummit.train.checkpoint import CHECKPOINT_FILE
 from deepsummit.train.checkpoint_store import UploadedCheckpoint, training_key
@@ -131,11 +130,8 @@ def main() -> None:
         root = Path(scratch)
         overrides = server_overrides(root)
         settings: Settings = load_settings("tiny", overrides)
-        services.start_process(
-            settings, services.MLFLOW_SERVER, services._mlflow_server_command(settings)
-        )
         try:
-            health.wait_healthy(settings, services.MLFLOW_SERVER, services.mlflow_healthy, 120)
+            services.start_service(settings, services.MLFLOW_SERVER, 120)
             print(f"MLflow server {settings.mlflow.tracking_uri}, artifacts proxied to {root}\n")
             print("| profile | parameters | checkpoint MB | upload s (min–max) | download s |")
             print("| --- | ---: | ---: | ---: | ---: |")

@@ -120,12 +120,7 @@ def _servers(settings: Settings) -> Iterator[tuple[str, SyncPrefectClient]]:
     try:
         # Both started at once: seconds each.
         local.ensure_prefect_auth(settings)
-        services.start_process(
-            settings,
-            services.PREFECT_SERVER,
-            services._prefect_server_command(settings),
-            services._server_env(settings),
-        )
+        services.start_service(settings, services.PREFECT_SERVER)
         start_mlflow_auth(settings, data_root, ADMIN, [MLFLOW_NAME])
         for name, check in ((services.PREFECT_SERVER, health.prefect_healthy),
                             (services.MLFLOW_SERVER, health.mlflow_healthy)):  # fmt: skip

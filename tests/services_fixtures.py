@@ -29,7 +29,7 @@ from prefect.settings import PREFECT_API_AUTH_STRING, PREFECT_API_URL
 
 from deepsummit.core.config import Settings, deep_merge, load_settings
 from deepsummit.core.sections import PROJECT_ROOT
-from deepsummit.services import health, local
+from deepsummit.services import local
 from deepsummit.services import supervisor as services
 
 # Ports below the kernel's ephemeral range (net.ipv4.ip_local_port_range, 32768-60999 by
@@ -157,13 +157,7 @@ def mlflow_server_settings(root: Path, overrides: dict[str, Any] | None = None) 
 
 def start_mlflow(settings: Settings) -> None:
     """The MLflow server of `deepsummit up` alone, once it answers."""
-    services.start_process(
-        settings,
-        services.MLFLOW_SERVER,
-        services._mlflow_server_command(settings),
-        {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
-    )
-    health.wait_healthy(settings, services.MLFLOW_SERVER, services.mlflow_healthy, 120)
+    services.start_service(settings, services.MLFLOW_SERVER, 120)
 
 
 def start_mlflow_auth(
@@ -210,10 +204,9 @@ def running_scorer(overrides: dict[str, Any]) -> Iterator[Settings]:
     after."""
     settings = load_settings(overrides=overrides)
     try:
-        services._ensure_process(
-            settings, services.SCORER, services._scorer_command(settings),
-            as_environment(overrides), health.scorer_healthy, STARTUP_TIMEOUT_S,
-        )  # fmt: skip
+        services.start_service(
+            settings, services.SCORER, STARTUP_TIMEOUT_S, as_environment(overrides)
+        )
         yield settings
     finally:
         services.stop_process(settings, services.SCORER)

@@ -35,7 +35,6 @@ from deepsummit.core.config import load_settings
 from deepsummit.core.sections import PROJECT_ROOT
 from deepsummit.core.warehouse import connect, lock_file
 from deepsummit.services import supervisor
-from deepsummit.services.health import prefect_healthy
 from deepsummit.services.local import PREFECT_SERVER, ensure_prefect_auth, prefect_home
 from deepsummit.services.processes import stop_process
 
@@ -100,14 +99,7 @@ def _run_out_leases(settings: Any) -> int:
 def _start_prefect_server(settings: Any) -> None:
     """The local Prefect server exactly as `deepsummit up` starts it (its database and lease
     files kept under the settings' run folder across restarts)."""
-    supervisor._ensure_process(
-        settings,
-        PREFECT_SERVER,
-        supervisor._prefect_server_command(settings),
-        supervisor._server_env(settings),
-        prefect_healthy,
-        STARTUP_TIMEOUT_S,
-    )
+    supervisor.start_service(settings, PREFECT_SERVER, STARTUP_TIMEOUT_S)
 
 
 @contextmanager

@@ -29,6 +29,7 @@ from services_fixtures import RunningServices, deepsummit, exited, free_port
 from deepsummit.core.config import Settings, load_settings
 from deepsummit.services import local, processes
 from deepsummit.services import supervisor as services
+from deepsummit.services.health import wait_healthy
 from deepsummit.services.prefect_api import PrefectApi
 
 pytest_plugins = ["services_fixtures"]
@@ -226,9 +227,8 @@ def test_a_service_that_dies_while_starting_names_its_log(settings: Settings):
     with pytest.raises(
         services.ServiceError, match=r"exited while starting; see .*mlflow-server\.log"
     ):
-        services._ensure_process(
-            settings, services.MLFLOW_SERVER, command, {}, services.mlflow_healthy, 10
-        )
+        services.start_process(settings, services.MLFLOW_SERVER, command, {})
+        wait_healthy(settings, services.MLFLOW_SERVER, services.mlflow_healthy, 10)
     assert "boom: bad flag" in services.log_file(settings, services.MLFLOW_SERVER).read_text()
 
 

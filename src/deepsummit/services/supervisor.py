@@ -23,6 +23,7 @@ import subprocess
 import sys
 import urllib.error
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
@@ -167,27 +168,46 @@ def _check_port(settings: Settings, name: str, port: int) -> None:
         )
 
 
-def _ensure_process(
+@dataclass(frozen=True)
+class Launch:
+    """How `up` starts a service: its command, what it adds to the environment, and the check
+    that it answers."""
+
+    command: list[str]
+    env: dict[str, str]
+    healthy: Callable[[Settings], bool]
+
+
+def launch(settings: Settings, name: str) -> Launch:
+    """How `up` starts service `name` with `settings`."""
+    if name == postgres.POSTGRES:
+        return Launch(postgres.server_command(settings), {}, postgres.healthy)
+    if name == PREFECT_SERVER:
+        return Launch(_prefect_server_command(settings), _server_env(settings), prefect_healthy)
+    if name == MLFLOW_SERVER:
+        no_jobs = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+        return Launch(_mlflow_server_command(settings), no_jobs, mlflow_healthy)
+    if name == WORKER:
+        return Launch(_worker_command(settings), worker_env(settings), worker_healthy)
+    if name == SCORER:
+        return Launch(_scorer_command(settings), {}, scorer_healthy)
+    raise ValueError(f"no service {name!r}")
+
+
+def start_service(
     settings: Settings,
     name: str,
-    command: list[str],
-    env: dict[str, str],
-    check: Callable[[Settings], bool],
-    timeout_s: float,
+    timeout_s: float | None = None,
+    env: dict[str, str] | None = None,
 ) -> bool:
-    """Start `name` unless its recorded process is alive; wait until healthy. True if started."""
-    started = _start_unless_running(settings, name, command, env)
-    wait_healthy(settings, name, check, timeout_s)
-    return started
-
-
-def _start_unless_running(
-    settings: Settings, name: str, command: list[str], env: dict[str, str]
-) -> bool:
-    """Start `name` unless its recorded process is alive. True if started."""
+    """Start service `name` as `up` does (`env` added to its environment), unless its recorded
+    process is alive; with `timeout_s`, wait until it answers. True if started."""
+    how = launch(settings, name)
     started = recorded_pid(settings, name) is None
     if started:
-        start_process(settings, name, command, env)
+        start_process(settings, name, how.command, how.env | (env or {}))
+    if timeout_s is not None:
+        wait_healthy(settings, name, how.healthy, timeout_s)
     return started
 
 
@@ -277,35 +297,23 @@ def up(
     ensure_prefect_auth(settings)
     # The scorer first and waited for last: its start (importing PyTorch, 2 s of CPU) runs
     # beside the servers' rather than after them.
-    scorer_started = svc.scorer and _start_unless_running(
-        settings, SCORER, _scorer_command(settings), {}
-    )
+    scorer_started = svc.scorer and start_service(settings, SCORER)
     if svc.database == "postgresql":
         _check_port(settings, postgres.POSTGRES, svc.postgres_port)
         postgres.prepare(settings)
-        started = _ensure_process(
-            settings, postgres.POSTGRES, postgres.server_command(settings), {},
-            postgres.healthy, timeout_s,
-        )  # fmt: skip
+        started = start_service(settings, postgres.POSTGRES, timeout_s)
         created = postgres.create_databases(settings)
         note(
             f"{postgres.POSTGRES}: {'started' if started else 'already running'}"
             + (f" (created {', '.join(created)})" if created else "")
         )
-    servers = (
-        (PREFECT_SERVER, _prefect_server_command, _server_env(settings), prefect_healthy),
-        (MLFLOW_SERVER, _mlflow_server_command, {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
-         mlflow_healthy),
-    )  # fmt: skip
-    for name, command, env, check in servers:
-        started = _ensure_process(settings, name, command(settings), env, check, timeout_s)
+    for name in (PREFECT_SERVER, MLFLOW_SERVER):
+        started = start_service(settings, name, timeout_s)
         note(f"{name}: {'started' if started else 'already running'}")
     check_prefect_auth(settings)
     if recorded_pid(settings, WORKER) is None:
         note(*deploy(settings))
-    started = _ensure_process(
-        settings, WORKER, _worker_command(settings), worker_env(settings), worker_healthy, timeout_s
-    )
+    started = start_service(settings, WORKER, timeout_s)
     note(f"{WORKER}: {'started' if started else 'already running'}")
     if svc.scorer:
         wait_healthy(settings, SCORER, scorer_healthy, timeout_s)
