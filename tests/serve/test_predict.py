@@ -20,9 +20,9 @@ from deepsummit.contracts.artifact import ModelArtifact
 from deepsummit.contracts.member_groups import AGE_BAND_STARTS
 from deepsummit.contracts.snapshot import PLANNED_TEST_FILE
 from deepsummit.contracts.tensors import load_tensors
-from deepsummit.core.errors import PipelineError
+from deepsummit.core.errors import BadInput, PipelineError
 from deepsummit.core.planned import KEY_COLUMNS, planned_record, season_of
-from deepsummit.serve.predict import predict_attempt
+from deepsummit.serve.predict import predict_attempt, push_weather
 from deepsummit.serve.scoring import weather_token_names
 
 pytest_plugins = ["features_fixtures", "training_fixtures"]
@@ -188,6 +188,21 @@ def test_a_peak_without_weather_is_answered_with_the_weather_absent(predict_sett
     assert "without weather: the weather took no part" in prediction.render()
     assert not any(token.startswith("weather") for token in prediction.top_tokens.split("; "))
     assert predict_attempt(predict_settings, everest()).weather_used
+
+
+def test_only_the_champions_source_must_have_the_whole_window() -> None:
+    """Every source's window is read while the warehouse is open, before the champion is known:
+    one with days missing fails the request only when the champion reads it."""
+    planned = {"peak": "EVER"}
+    window = {"temperature_2m_mean": [1.0] * 90}
+    windows = {"archive": window, "open-meteo": BadInput("no weather for EVER: 3 days missing")}
+    assert push_weather(planned, "archive", windows) == (window, "")
+    with pytest.raises(BadInput, match="3 days missing"):
+        push_weather(planned, "open-meteo", windows)
+    assert push_weather(planned, "forecast", windows) == (
+        {},
+        "no weather of EVER in source 'forecast'",
+    )
 
 
 def test_a_rarely_climbed_peak_is_answered_with_a_note_on_its_shared_token(
