@@ -13,7 +13,6 @@ import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,7 +24,6 @@ from deepsummit.cli.exit_codes import ExitCode
 from deepsummit.core.config import deep_merge, load_settings
 from deepsummit.core.sections import PROJECT_ROOT
 from deepsummit.serve.predict import predict_attempt
-from deepsummit.services import health
 from deepsummit.services import supervisor as services
 
 pytest_plugins = ["features_fixtures", "training_fixtures"]
@@ -41,20 +39,12 @@ def tracking_server(
     trained_registry: TrainedRegistry, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[str]:
     """The registry fixture's store behind an MLflow tracking server, as `deepsummit up` runs
-    one."""
-    port = free_port()
+    one (its folder as var/, where `up`'s server finds its database)."""
     run_dir = tmp_path_factory.mktemp("tracking") / "services"
-    settings = load_settings(overrides={"services": {"run_dir": str(run_dir), "mlflow_port": port}})
-    command = [
-        str(Path(sys.executable).parent / "mlflow"), "server",
-        "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-        "--backend-store-uri", f"sqlite:///{trained_registry.root / 'mlflow.db'}",
-    ]  # fmt: skip
-    env = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-    services.start_process(settings, services.MLFLOW_SERVER, command, env)
-    health.wait_healthy(
-        settings, services.MLFLOW_SERVER, services.mlflow_healthy, STARTUP_TIMEOUT_S
-    )
+    paths = {"var_dir": str(trained_registry.root)}
+    services_config = {"run_dir": str(run_dir), "mlflow_port": free_port()}
+    settings = load_settings(overrides={"paths": paths, "services": services_config})
+    services.start_service(settings, services.MLFLOW_SERVER, STARTUP_TIMEOUT_S)
     yield settings.services.mlflow_url
     services.down(settings)
 
