@@ -57,7 +57,10 @@ $(CHROMEDRIVER):
 # The project's own modules are compiled first (0.3 s): where PYTHONDONTWRITEBYTECODE is set, as
 # on this machine, nothing else caches them, and each of the suite's Python processes (over a
 # hundred: flow runs, commands, workers) would compile what it imports again (0.14 s for a stage).
-TEST_WORKERS ?= 2
+# Three workers on two cores: a fault test spends much of its time waiting (a lease running out,
+# heartbeats missed, a slow sender, a server coming back), and a third worker's tests run
+# meanwhile (on 2 cores, alone: 18 min 34 s with two, 15 min 53 s with three; docs/benchmarks.md).
+TEST_WORKERS ?= 3
 
 test: $(STAMP) $(CHROMEDRIVER) $(POSTGRES) $(MOUNT)
 	$(BIN)/ruff check .
