@@ -59,7 +59,7 @@ $(CHROMEDRIVER):
 # hundred: flow runs, commands, workers) would compile what it imports again (0.14 s for a stage).
 # Three workers on two cores: a fault test spends much of its time waiting (a lease running out,
 # heartbeats missed, a slow sender, a server coming back), and a third worker's tests run
-# meanwhile (on 2 cores, alone: 18 min 34 s with two, 15 min 53 s with three; docs/benchmarks.md).
+# meanwhile: 3% and 14% less time than two in two pairs of runs (docs/benchmarks.md#costs).
 TEST_WORKERS ?= 3
 
 test: $(STAMP) $(CHROMEDRIVER) $(POSTGRES) $(MOUNT)
