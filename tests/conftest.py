@@ -63,8 +63,8 @@ SHARED_STACK_MODULES = frozenset(
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The modules marked `long` first, the others after them in their own order. `make test`
     hands whole modules to its workers in this order (`--no-loadscope-reorder`): the short
-    ones then fill the end of the run on both workers. xdist's own order, most tests first,
-    left the one-test modules of a minute or two to the end, on one worker while the other
+    ones then fill the end of the run on every worker. xdist's own order, most tests first,
+    left the one-test modules of a minute or two to the end, on one worker while the others
     had nothing left to do. A module that uses the shared stack without being listed in
     SHARED_STACK_MODULES stops the collection: on a worker of its own it would start a second
     stack."""
