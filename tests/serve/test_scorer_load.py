@@ -128,8 +128,8 @@ def test_askers_are_answered_beside_a_slow_sender_and_a_100_mb_body(
     assert hostile.big and all(status == 413 for status, _ in hostile.big), hostile.big
     assert max(sent for _, sent in hostile.big) < ANNOUNCED / 4, hostile.big
     # Nor did the process grow by anything like the body: a held body would add about 100 MB.
-    # The threads' own allocations grew it by up to 48 MB on a crowded machine (three test
-    # workers beside `make train`'s services).
+    # Beside the askers alone it grew by up to 48 MB on a crowded machine (three test workers
+    # beside `make train`'s services), the body never read.
     assert resident_after - resident_before < ANNOUNCED * 0.64, (resident_before, resident_after)
     assert healthy(scorer)
 
